@@ -1,0 +1,125 @@
+// Package annotations holds the names and values that consul-k8s, the
+// consul-cni plugin and the repair controller share, and the parsing and
+// validation of consul-k8s's redirect-traffic-config annotation.
+//
+// It is a leaf package: it imports only the standard library, so both
+// binaries can use it without pulling in a Kubernetes client.
+package annotations
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Pod markers written by the consul-k8s connect-inject webhook.
+const (
+	// KeyInjectStatus is set (as annotation and label) to "injected" on every
+	// pod the webhook injected.
+	KeyInjectStatus = "consul.hashicorp.com/connect-inject-status"
+	// KeyMeshInjectStatus is the older mesh v2 marker (annotation, any
+	// non-empty value).
+	KeyMeshInjectStatus = "consul.hashicorp.com/mesh-inject-status"
+	// KeyTransparentProxyStatus is "enabled" when the webhook turned on
+	// transparent proxy, "waiting" while the CNI plugin applies the rules
+	// and "complete" once they are in place.
+	KeyTransparentProxyStatus = "consul.hashicorp.com/transparent-proxy-status"
+	// KeyRedirectTrafficConfig holds the JSON redirect configuration the
+	// plugin turns into iptables rules.
+	KeyRedirectTrafficConfig = "consul.hashicorp.com/redirect-traffic-config"
+	// KeyDualStack is "true" when the pod's redirection covers IPv6 too.
+	// Older webhooks do not write it; missing means single stack.
+	KeyDualStack = "consul.hashicorp.com/dual-stack"
+)
+
+// Values of the markers above.
+const (
+	InjectStatusInjected = "injected"
+
+	TProxyStatusEnabled  = "enabled"
+	TProxyStatusWaiting  = "waiting"
+	TProxyStatusComplete = "complete"
+	// TProxyStatusCompleted is accepted when reading (it appears in bug
+	// reports and older tooling) but never written.
+	TProxyStatusCompleted = "completed"
+)
+
+// Names this project adds. They are documented in the README and must not
+// change without a migration note.
+const (
+	// LabelCNIReady is the node label set to LabelCNIReadyValue once the
+	// consul-cni plugin is really in the node's CNI chain.
+	LabelCNIReady      = "consul.hashicorp.com/cni"
+	LabelCNIReadyValue = "ready"
+	// TaintCNINotReady is the default key of the startup taint removed from
+	// a node once its CNI is ready.
+	TaintCNINotReady = "consul.hashicorp.com/cni-not-ready"
+	// LabelUninitialized marks a pod found running outside the mesh when the
+	// repair controller's action is "label".
+	LabelUninitialized      = "consul.hashicorp.com/cni-uninitialized"
+	LabelUninitializedValue = "true"
+	// InitContainerName is the consul-k8s init container; multi-port pods
+	// get one per service, named InitContainerName + "-" + service.
+	InitContainerName = "consul-connect-inject-init"
+	// CheckContainerName is the name recommended for an init container that
+	// runs this project's check command.
+	CheckContainerName = "consul-cni-check"
+	// InitCheckExitCode is the exit code of the init-container check when
+	// the pod's traffic is not redirected; the repair controller watches for
+	// it (its --init-exit-code defaults to the same value). It has no meaning
+	// to shells or sysexits.
+	InitCheckExitCode = 88
+	// ProxyUID and InitUID are the UIDs consul-k8s runs the Envoy/dataplane
+	// sidecar and the connect-init container as.
+	ProxyUID = 5995
+	InitUID  = 5996
+)
+
+// IsInjected reports whether a pod with these labels and annotations was
+// injected by the consul-k8s webhook.
+func IsInjected(labels, annotations map[string]string) bool {
+	if labels[KeyInjectStatus] == InjectStatusInjected || annotations[KeyInjectStatus] == InjectStatusInjected {
+		return true
+	}
+	return annotations[KeyMeshInjectStatus] != ""
+}
+
+// TProxyStatus returns the transparent-proxy-status annotation and whether
+// it is present.
+func TProxyStatus(annotations map[string]string) (string, bool) {
+	s, ok := annotations[KeyTransparentProxyStatus]
+	return s, ok
+}
+
+// IsComplete reports whether a transparent-proxy-status value says the
+// redirect rules are in place.
+func IsComplete(status string) bool {
+	return status == TProxyStatusComplete || status == TProxyStatusCompleted
+}
+
+// IsRepairCandidate reports whether a pod is one the plugin must redirect
+// and the repair controller may examine: injected, with a
+// transparent-proxy-status annotation.
+func IsRepairCandidate(labels, annotations map[string]string) bool {
+	if !IsInjected(labels, annotations) {
+		return false
+	}
+	_, ok := TProxyStatus(annotations)
+	return ok
+}
+
+// DualStack reads the dual-stack annotation. A missing or empty annotation
+// means single stack (older webhooks do not write it); any value other than
+// "true" or "false" (in any case) is an error.
+func DualStack(annotations map[string]string) (bool, error) {
+	v, ok := annotations[KeyDualStack]
+	if !ok || v == "" {
+		return false, nil
+	}
+	switch strings.ToLower(v) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("annotation %s: %q is not a boolean (want \"true\" or \"false\")", KeyDualStack, v)
+}

@@ -1,0 +1,14 @@
+// Command kube-scheduler is the upstream kube-scheduler, built from the
+// k8s.io/kubernetes module for the project's local test control plane.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewSchedulerCommand()))
+}
