@@ -54,7 +54,11 @@ func TestDetectMatrix(t *testing.T) {
 		{name: "host network (CNI never called)", pod: mkPod(sandboxAt(-time.Hour), func(p *corev1.Pod) { p.Spec.HostNetwork = true })},
 		{name: "A: no sandbox yet (Pending, no IP, nothing started)", pod: mkPod()},
 		{name: "A: sandbox younger than min age", pod: mkPod(sandboxAt(-10 * time.Second)), recheck: t0.Add(20 * time.Second)},
-		{name: "A: pod IP only, start time 10s ago", pod: mkPod(func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.9"; st := at(-10 * time.Second); p.Status.StartTime = &st }), recheck: t0.Add(20 * time.Second)},
+		{name: "A: pod IP only, start time 10s ago", pod: mkPod(func(p *corev1.Pod) {
+			p.Status.PodIP = "10.0.0.9"
+			st := at(-10 * time.Second)
+			p.Status.StartTime = &st
+		}), recheck: t0.Add(20 * time.Second)},
 		{name: "B: other exit code", pod: mkPod(young, initStatus(corev1.ContainerStatus{Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(1, -10*time.Second, -5*time.Second)}})), recheck: t0.Add(20 * time.Second)},
 		{name: "B: exit 88 from a container with another name", pod: mkPod(young, failedCheck("istio-validation")), recheck: t0.Add(20 * time.Second)},
 		{name: "B: name prefix without dash does not match", pod: mkPod(young, failedCheck(annotations.InitContainerName+"x")), recheck: t0.Add(20 * time.Second)},
@@ -95,7 +99,7 @@ func TestDetectMatrix(t *testing.T) {
 
 		// --- broken: signal A ---
 		{name: "A: enabled, sandbox ready 31s ago", pod: mkPod(sandboxAt(-31 * time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-time.Second)},
-		{name: "A: waiting, sandbox exactly min age", pod: mkPod(withStatus("waiting"), sandboxAt(-30 * time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0},
+		{name: "A: waiting, sandbox exactly min age", pod: mkPod(withStatus("waiting"), sandboxAt(-30*time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0},
 		{name: "A: pod IP only, start time 1m ago", pod: mkPod(func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.9"; st := at(-time.Minute); p.Status.StartTime = &st }), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-30 * time.Second)},
 		{name: "A: a container running for 1m, no condition", pod: mkPod(func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(-time.Minute)}}}}

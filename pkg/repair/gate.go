@@ -155,5 +155,5 @@ func readySince(pod *corev1.Pod) time.Time {
 
 type noGate struct{ start time.Time }
 
-func (noGate) Mode() GateMode                    { return GateNone }
+func (noGate) Mode() GateMode                  { return GateNone }
 func (g noGate) Open(string) (bool, time.Time) { return true, g.start }

@@ -57,7 +57,9 @@ func withAnnotation(k, v string) podOpt { return func(p *corev1.Pod) { p.Annotat
 func onNode(n string) podOpt            { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 func bare() podOpt                      { return func(p *corev1.Pod) { p.OwnerReferences = nil } }
 
-func restartNever() podOpt { return func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever } }
+func restartNever() podOpt {
+	return func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever }
+}
 
 // sandboxAt marks the sandbox ready (PodReadyToStartContainers) at t0+d,
 // with a pod IP.
