@@ -159,6 +159,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting repair controller", "action", c.cfg.Action, "dryRun", c.cfg.DryRun, "gate", c.cfg.Gate, "workers", c.cfg.Workers)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		if ctx.Err() != nil {
+			return nil // shut down while waiting
+		}
 		return errors.New("repair: caches did not sync")
 	}
 	var wg sync.WaitGroup

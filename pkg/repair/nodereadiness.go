@@ -117,6 +117,9 @@ func (n *NodeReadiness) Run(ctx context.Context, workers int) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting node readiness controller", "cniNamespace", n.cfg.CNINamespace, "cniPodSelector", n.cfg.CNIPodSelector, "startupTaint", n.cfg.StartupTaintKey)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, n.synced...) {
+		if ctx.Err() != nil {
+			return nil // shut down while waiting
+		}
 		return errors.New("node readiness: caches did not sync")
 	}
 	var wg sync.WaitGroup
