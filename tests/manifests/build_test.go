@@ -220,6 +220,20 @@ func TestControllerDeployment(t *testing.T) {
 			if ps.HostNetwork || ps.HostPID || ps.HostIPC {
 				t.Error("the controller must not use host namespaces")
 			}
+			// It lifts the startup taint, so it must run where it is set.
+			for _, effect := range []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute} {
+				taint := corev1.Taint{Key: startupTaintKey, Value: "true", Effect: effect}
+				tolerated := false
+				for i := range ps.Tolerations {
+					tolerated = tolerated || ps.Tolerations[i].ToleratesTaint(klog.Background(), &taint, false)
+				}
+				if !tolerated {
+					t.Errorf("the controller does not tolerate the startup taint %s:%s", taint.Key, effect)
+				}
+			}
+			if _, ok := ps.NodeSelector["consul.hashicorp.com/cni"]; ok {
+				t.Error("the controller must not wait for the label it sets")
+			}
 			if v := podSecurityViolations(t, psaapi.LevelRestricted, &d.Spec.Template); len(v) > 0 {
 				t.Errorf("pod template violates the restricted Pod Security level: %v", v)
 			}
@@ -532,5 +546,61 @@ func TestRBAC(t *testing.T) {
 				t.Errorf("installer %s: %s", installerName, d)
 			}
 		})
+	}
+}
+
+// TestRequireCNIReadyRecipe builds the documented kustomize recipe that
+// adds the consul.hashicorp.com/cni=ready nodeSelector to injected
+// workloads, and checks it reaches every pod template and keeps the
+// selectors already there.
+func TestRequireCNIReadyRecipe(t *testing.T) {
+	objs := build(t, filepath.Join(repoRoot(t), "docs", "examples", "require-cni-ready"))
+	workloads := 0
+	for _, o := range objs {
+		var tmpl corev1.PodTemplateSpec
+		switch o.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			decodeStrict(t, o, &d)
+			tmpl = d.Spec.Template
+		case "StatefulSet":
+			var s appsv1.StatefulSet
+			decodeStrict(t, o, &s)
+			tmpl = s.Spec.Template
+		default:
+			continue
+		}
+		workloads++
+		if got := tmpl.Spec.NodeSelector["consul.hashicorp.com/cni"]; got != "ready" {
+			t.Errorf("%s %s: nodeSelector %v, want consul.hashicorp.com/cni=ready", o.GetKind(), o.GetName(), tmpl.Spec.NodeSelector)
+		}
+		if o.GetName() == "web" && tmpl.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
+			t.Errorf("web: the patch dropped the existing nodeSelector: %v", tmpl.Spec.NodeSelector)
+		}
+	}
+	if workloads != 2 {
+		t.Errorf("%d workloads in the recipe's build, want 2", workloads)
+	}
+}
+
+// TestKubePrometheusStackExample builds the documented example that labels
+// the ServiceMonitor and PrometheusRule for kube-prometheus-stack.
+func TestKubePrometheusStackExample(t *testing.T) {
+	objs := build(t, filepath.Join(repoRoot(t), "docs", "examples", "kube-prometheus-stack"))
+	n := 0
+	for _, o := range objs {
+		if gvkOf(o).Group != monitoringGroup {
+			if o.GetLabels()["release"] != "" {
+				t.Errorf("%s %s got the release label too", o.GetKind(), o.GetName())
+			}
+			continue
+		}
+		n++
+		if o.GetLabels()["release"] != "kube-prometheus-stack" {
+			t.Errorf("%s %s: labels %v, want release=kube-prometheus-stack", o.GetKind(), o.GetName(), o.GetLabels())
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d Prometheus Operator objects, want 2", n)
 	}
 }
