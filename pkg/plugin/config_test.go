@@ -98,7 +98,10 @@ func TestResolveKubeconfig(t *testing.T) {
 		setup func(t *testing.T, dir string)
 		want  string // base name, "" for an error
 	}{
-		{"stable file", func(t *testing.T, d string) { touch(t, filepath.Join(d, "kc"), 0); touch(t, filepath.Join(d, "kc-new"), 0) }, "kc"},
+		{"stable file", func(t *testing.T, d string) {
+			touch(t, filepath.Join(d, "kc"), 0)
+			touch(t, filepath.Join(d, "kc-new"), 0)
+		}, "kc"},
 		{"stable is a directory", func(t *testing.T, d string) {
 			os.Mkdir(filepath.Join(d, "kc"), 0o755)
 			touch(t, filepath.Join(d, "kc-1"), time.Hour)
@@ -109,7 +112,10 @@ func TestResolveKubeconfig(t *testing.T) {
 			touch(t, filepath.Join(d, "kc-mmm"), time.Minute)
 			os.Mkdir(filepath.Join(d, "kc-dir"), 0o755)
 		}, "kc-mmm"},
-		{"other names ignored", func(t *testing.T, d string) { touch(t, filepath.Join(d, "kcx"), 0); touch(t, filepath.Join(d, "other-1"), 0) }, ""},
+		{"other names ignored", func(t *testing.T, d string) {
+			touch(t, filepath.Join(d, "kcx"), 0)
+			touch(t, filepath.Join(d, "other-1"), 0)
+		}, ""},
 		{"nothing", func(t *testing.T, d string) {}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
