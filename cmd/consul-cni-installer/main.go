@@ -24,6 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -194,6 +197,23 @@ func addKlogFlags(fs *pflag.FlagSet) {
 	}
 }
 
+// podAlive asks the API whether the pod another installer's token is bound
+// to still runs (the installer may get pods).
+func podAlive(c kubernetes.Interface) install.PodAlive {
+	return func(ctx context.Context, ns, name, uid string) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return string(p.UID) == uid && p.DeletionTimestamp == nil, nil
+	}
+}
+
 func runInstaller(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
 	rc, err := o.restConfig()
@@ -206,6 +226,11 @@ func runInstaller(ctx context.Context, o *options) error {
 	}
 	cfg := o.config()
 	cfg.Client = &src
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	cfg.PodAlive = podAlive(client)
 	if o.MetricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -53,7 +53,13 @@ type Config struct {
 	// Debounce is how long Run waits after a file event for the writer to
 	// finish before it looks.
 	Debounce time.Duration
-	Metrics  *Metrics
+	// PodAlive tells whether the pod another installer's token is bound to
+	// still runs (see token.go); nil without API access.
+	PodAlive PodAlive
+	// Recheck is how soon Run looks again while another live installer's
+	// token is in the plugin's token file.
+	Recheck time.Duration
+	Metrics *Metrics
 }
 
 // Installer keeps consul-cni installed and chained.
@@ -79,6 +85,9 @@ func New(cfg Config) (*Installer, error) {
 	}
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 200 * time.Millisecond
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = 2 * time.Second
 	}
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "info"
@@ -111,6 +120,9 @@ type Status struct {
 	PluginDir string
 	// Wrote lists what this pass changed.
 	Wrote []string
+	// Recheck is true while the token file holds the token of another
+	// installer that still runs (a rolling update): look again soon.
+	Recheck bool
 }
 
 // Reconcile makes one pass: binary, token and kubeconfig, then the chain.
@@ -151,44 +163,49 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 		in.cfg.Metrics.wrote("binary")
 	}
 	if in.cfg.Client != nil {
-		w, err := in.writeCredentials()
+		w, recheck, err := in.writeCredentials(ctx)
 		if err != nil {
 			return st, err
 		}
 		st.Wrote = append(st.Wrote, w...)
+		st.Recheck = recheck
 	}
 	return in.ensureChain(ctx, st)
 }
 
-// writeCredentials writes the token copy and the kubeconfig when they
-// differ from what is on disk.
-func (in *Installer) writeCredentials() ([]string, error) {
-	var wrote []string
+// writeCredentials writes the token copy (see token.go for which token
+// wins when another installer runs too) and the kubeconfig when they differ
+// from what is on disk.
+func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
 	tok, err := in.cfg.Client.token()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
-	if cur, err := os.ReadFile(tokenPath); err != nil || string(cur) != string(tok) {
+	write := true
+	if cur, err := os.ReadFile(tokenPath); err == nil {
+		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
+	}
+	if write {
 		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
-			return nil, fmt.Errorf("writing the plugin's token file: %w", err)
+			return nil, false, fmt.Errorf("writing the plugin's token file: %w", err)
 		}
 		wrote = append(wrote, "token")
 		in.cfg.Metrics.wrote("token")
 	}
 	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	kcPath := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
 	if cur, err := os.ReadFile(kcPath); err != nil || string(cur) != string(kc) {
 		if err := writeAtomic(kcPath, kc, 0o600); err != nil {
-			return nil, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
+			return nil, false, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
 		}
 		wrote = append(wrote, "kubeconfig")
 		in.cfg.Metrics.wrote("kubeconfig")
 	}
-	return wrote, nil
+	return wrote, recheck, nil
 }
 
 // ensureChain makes the primary network end with the entry. Each step
@@ -407,8 +424,14 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 		}
 		watch(st.PluginDir)
 	}
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	defer recheck.Stop()
 	pass := func() {
 		st, err := in.Reconcile(ctx)
+		if st.Recheck {
+			recheck.Reset(in.cfg.Recheck)
+		}
 		switch {
 		case err != nil:
 			log.Error(err, "CNI installation pass failed; will retry")
@@ -447,6 +470,8 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 			}
 			log.Error(err, "File watcher error; relying on the periodic pass")
 		case <-debounce.C:
+			pass()
+		case <-recheck.C:
 			pass()
 		case <-resync.C:
 			pass()
