@@ -22,17 +22,18 @@ import (
 
 // Names of the deployment, as ARCHITECTURE.md fixes them.
 const (
-	namespace        = "consul-cni-repair"
-	controllerName   = "consul-cni-repair"
-	actionRoleName   = "consul-cni-repair-action"
-	installerName    = "consul-cni"
-	dashboardCMName  = "consul-cni-repair-dashboard"
-	metricsSvcName   = "consul-cni-repair-metrics"
-	imageRegistry    = "ghcr.io/consul-cni-repair/"
-	startupTaintKey  = "consul.hashicorp.com/cni-not-ready"
-	monitoringGroup  = "monitoring.coreos.com"
-	controllerSAUser = "system:serviceaccount:" + namespace + ":" + controllerName
-	installerSAUser  = "system:serviceaccount:" + namespace + ":" + installerName
+	namespace           = "consul-cni-repair"
+	controllerName      = "consul-cni-repair"
+	actionRoleName      = "consul-cni-repair-action"
+	installerName       = "consul-cni"
+	dashboardCMName     = "consul-cni-repair-dashboard"
+	metricsSvcName      = "consul-cni-repair-metrics"
+	admissionPolicyName = "consul-cni-status-annotation-only"
+	imageRegistry       = "ghcr.io/consul-cni-repair/"
+	startupTaintKey     = "consul.hashicorp.com/cni-not-ready"
+	monitoringGroup     = "monitoring.coreos.com"
+	controllerSAUser    = "system:serviceaccount:" + namespace + ":" + controllerName
+	installerSAUser     = "system:serviceaccount:" + namespace + ":" + installerName
 )
 
 // overlays are the deployable kustomizations, by name, relative to
