@@ -87,11 +87,17 @@ func buildDir(dir string) ([]*unstructured.Unstructured, error) {
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
-		m, err := r.Map()
+		// Through JSON, so numbers are int64/float64 as in every
+		// unstructured object client-go makes (DeepCopy relies on it).
+		b, err := r.MarshalJSON()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
 		}
-		out = append(out, &unstructured.Unstructured{Object: m})
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
+		}
+		out = append(out, u)
 	}
 	return out, nil
 }
