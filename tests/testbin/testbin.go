@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"testing"
 )
 
 // ReferencePlugins are the containernetworking/plugins executables tests
@@ -23,6 +22,13 @@ var ReferencePlugins = map[string]string{
 	"bridge":     "github.com/containernetworking/plugins/plugins/main/bridge",
 	"loopback":   "github.com/containernetworking/plugins/plugins/main/loopback",
 	"host-local": "github.com/containernetworking/plugins/plugins/ipam/host-local",
+}
+
+// TB is the part of testing.TB the helpers use (*testing.T, *testing.B,
+// tests/lifecycle.Env).
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
 }
 
 var (
@@ -49,7 +55,7 @@ func Dir() string {
 
 // Project returns the path of the project's command cmd/<name>, building it
 // once per test process unless $CCR_BIN_DIR provides it.
-func Project(tb testing.TB, name string) string {
+func Project(tb TB, name string) string {
 	tb.Helper()
 	return build(tb, name, "./cmd/"+name)
 }
@@ -57,14 +63,14 @@ func Project(tb testing.TB, name string) string {
 // Package builds any main package of the module (a path relative to the
 // repository root such as "./tests/cmd/podprog", or a tool dependency's
 // import path) as <Dir()>/<name>.
-func Package(tb testing.TB, name, pkg string) string {
+func Package(tb TB, name, pkg string) string {
 	tb.Helper()
 	return build(tb, name, pkg)
 }
 
 // CNIPluginDir returns a directory holding every reference plugin in
 // ReferencePlugins, built from the versions go.mod pins.
-func CNIPluginDir(tb testing.TB) string {
+func CNIPluginDir(tb TB) string {
 	tb.Helper()
 	var dir string
 	for name, pkg := range ReferencePlugins {
@@ -73,7 +79,7 @@ func CNIPluginDir(tb testing.TB) string {
 	return dir
 }
 
-func build(tb testing.TB, name, pkg string) string {
+func build(tb TB, name, pkg string) string {
 	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()

@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 
 	"github.com/vishvananda/netns"
 )
@@ -35,6 +34,15 @@ const (
 var (
 	base4 = netip.MustParseAddr("198.18.0.0")
 )
+
+// TB is the part of testing.TB the helpers use. *testing.T and *testing.B
+// satisfy it, and so does tests/lifecycle.Env, which lets commands such as
+// the demo use the same helpers outside a test.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 // Range is the slice of addresses reserved by this test process.
 type Range struct {
@@ -57,7 +65,7 @@ var (
 // Reserve returns this process's address range, reserving a free slot on
 // first use. The slot is released, and its routes removed, when the last test
 // that reserved it has finished.
-func Reserve(tb testing.TB) *Range {
+func Reserve(tb TB) *Range {
 	tb.Helper()
 	RequireRoot(tb)
 	procMu.Lock()
@@ -85,10 +93,10 @@ func Reserve(tb testing.TB) *Range {
 
 // RequireRoot fails the test unless it runs as root: the privileged tiers
 // are asked for explicitly, so a missing privilege is an error, not a skip.
-func RequireRoot(tb testing.TB) {
+func RequireRoot(tb TB) {
 	tb.Helper()
 	if os.Geteuid() != 0 {
-		tb.Fatal("this test needs root (network namespaces and iptables); run it through make as root")
+		tb.Fatalf("this test needs root (network namespaces and iptables); run it through make as root")
 	}
 }
 
@@ -142,7 +150,7 @@ func (r *Range) cleanLeftovers() {
 		f := strings.Fields(line)
 		if len(f) > 1 {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			if strings.HasPrefix(name, fmt.Sprintf("ccr%d", r.Slot)) {
+			if strings.HasPrefix(name, r.linkPrefix()) {
 				_ = run("ip", "link", "del", name)
 			}
 		}
@@ -160,6 +168,21 @@ func (r *Range) release() {
 }
 
 func (r *Range) nsPrefix() string { return fmt.Sprintf("ccr-s%d-", r.Slot) }
+
+// linkPrefix begins the name of every host link the slot creates ("ccr3x"
+// for slot 3, so slot 1 never matches slot 10's links).
+func (r *Range) linkPrefix() string { return fmt.Sprintf("ccr%dx", r.Slot) }
+
+// NetnsName returns a fresh name for a network namespace owned by this slot,
+// for callers that create and delete the namespace themselves (simulated
+// nodes make one per pod sandbox). A namespace with such a name that a killed
+// process left behind is deleted when the slot is next reserved.
+func (r *Range) NetnsName(name string) string {
+	procMu.Lock()
+	defer procMu.Unlock()
+	nsCount++
+	return fmt.Sprintf("%s%s-%d", r.nsPrefix(), name, nsCount)
+}
 
 // Subnet4 returns the i-th IPv4 subnet of the given size inside the range
 // (for example Subnet4(2, 24) is the third /24).
@@ -221,12 +244,9 @@ type Netns struct {
 
 // NewNetns creates a named network namespace (visible to "ip netns") whose
 // loopback is up, deleted when the test ends.
-func (r *Range) NewNetns(tb testing.TB, name string) *Netns {
+func (r *Range) NewNetns(tb TB, name string) *Netns {
 	tb.Helper()
-	procMu.Lock()
-	nsCount++
-	full := fmt.Sprintf("%s%s-%d", r.nsPrefix(), name, nsCount)
-	procMu.Unlock()
+	full := r.NetnsName(name)
 	if err := run("ip", "netns", "add", full); err != nil {
 		tb.Fatalf("testnet: %v", err)
 	}
@@ -298,7 +318,7 @@ func NsCommand(path string, uid int, name string, args ...string) *exec.Cmd {
 
 // Run runs a command inside the namespace as root and returns its stdout,
 // failing the test on error.
-func (n *Netns) Run(tb testing.TB, name string, args ...string) string {
+func (n *Netns) Run(tb TB, name string, args ...string) string {
 	tb.Helper()
 	var stdout, stderr bytes.Buffer
 	c := n.Command(-1, name, args...)
@@ -326,11 +346,11 @@ type External struct {
 // NewExternal creates the external namespace. Its service addresses are
 // taken from subnet index svc4 (a /24) of the range, so callers can reserve
 // pod subnets elsewhere in it.
-func (r *Range) NewExternal(tb testing.TB) *External {
+func (r *Range) NewExternal(tb TB) *External {
 	tb.Helper()
 	ns := r.NewNetns(tb, "ext")
 	l4, l6, i := r.linkSubnets()
-	host, peer := fmt.Sprintf("ccr%dx%d", r.Slot, i), "eth0"
+	host, peer := fmt.Sprintf("%s%d", r.linkPrefix(), i), "eth0"
 	hostA4, extA4 := Host(l4, 1), Host(l4, 2)
 	hostA6, extA6 := Host(l6, 1), Host(l6, 2)
 	svc4 := Host(r.Subnet4(14, 24), 10) // 15th /24: services
@@ -367,14 +387,14 @@ func (r *Range) NewExternal(tb testing.TB) *External {
 // family of v6 (false: IPv4), routed from the host like V4 and V6, removed
 // when the test ends. Tests use it to tell two external destinations apart
 // (for example one excluded by CIDR and one not).
-func (e *External) AddAddress(tb testing.TB, v6 bool) netip.Addr {
+func (e *External) AddAddress(tb TB, v6 bool) netip.Addr {
 	tb.Helper()
 	e.mu.Lock()
 	n := e.next
 	e.next++
 	e.mu.Unlock()
 	if n > 250 {
-		tb.Fatal("testnet: out of external addresses")
+		tb.Fatalf("testnet: out of external addresses")
 	}
 	var a, via netip.Addr
 	family, bits := "-4", "/32"
