@@ -25,7 +25,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all build deps kube-bins cni-bins test test-unit test-privileged test-integration \
-	lint fmt bench bench-cni bench-repair fuzz cluster demo clean
+	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean
 
 all: build
 
@@ -52,12 +52,22 @@ test: lint test-unit test-privileged test-integration
 
 test-unit:
 	$(GOTEST) $(TEST_FLAGS) -count=1 ./...
+	$(MAKE) test-manifests
 
 test-privileged: deps
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
 
 test-integration: deps kube-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
+	$(MAKE) test-manifests-integration
+
+## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/manifests)
+test-manifests:
+	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 ./...
+
+## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics
+test-manifests-integration: deps kube-bins
+	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 30m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -65,6 +75,7 @@ lint:
 	$(GO) vet -tags privileged ./...
 	$(GO) vet -tags integration ./...
 	cd tests/kube && $(GO) vet ./...
+	cd tests/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

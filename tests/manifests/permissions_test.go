@@ -1,0 +1,104 @@
+package manifests
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// perm is one permission: a verb on a resource (with subresource, as
+// "pods/eviction") of an API group, cluster-wide (Namespace "") or in one
+// namespace.
+type perm struct {
+	Group, Resource, Verb, Namespace string
+}
+
+func (p perm) String() string {
+	g := p.Group
+	if g == "" {
+		g = "core"
+	}
+	where := "cluster-wide"
+	if p.Namespace != "" {
+		where = "in " + p.Namespace
+	}
+	return fmt.Sprintf("%s %s.%s %s", p.Verb, p.Resource, g, where)
+}
+
+type permSet map[perm]bool
+
+func perms(group string, resources []string, verbs []string, ns string) permSet {
+	s := permSet{}
+	for _, r := range resources {
+		for _, v := range verbs {
+			s[perm{group, r, v, ns}] = true
+		}
+	}
+	return s
+}
+
+func (s permSet) add(o permSet) permSet {
+	for p := range o {
+		s[p] = true
+	}
+	return s
+}
+
+func (s permSet) sorted() []string {
+	var out []string
+	for p := range s {
+		out = append(out, p.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// diff describes how got differs from want, or "" when they are equal.
+func (s permSet) diff(got permSet) string {
+	var missing, extra []string
+	for p := range s {
+		if !got[p] {
+			missing = append(missing, p.String())
+		}
+	}
+	for p := range got {
+		if !s[p] {
+			extra = append(extra, p.String())
+		}
+	}
+	if len(missing) == 0 && len(extra) == 0 {
+		return ""
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	return fmt.Sprintf("missing [%s], extra [%s]", strings.Join(missing, "; "), strings.Join(extra, "; "))
+}
+
+// wantInstaller is everything the installer's (and the plugin's) identity
+// may do, in every overlay: read a pod and patch its status annotation.
+func wantInstaller() permSet {
+	return perms("", []string{"pods"}, []string{"get", "patch"}, "")
+}
+
+// wantController is everything the controller's identity may do with an
+// overlay, as ARCHITECTURE.md states it.
+func wantController(overlay string) permSet {
+	s := permSet{}
+	s.add(perms("", []string{"pods"}, []string{"get", "list", "watch"}, ""))
+	s.add(perms("", []string{"events"}, []string{"create", "patch"}, ""))
+	s.add(perms("events.k8s.io", []string{"events"}, []string{"create", "patch"}, ""))
+	s.add(perms("", []string{"nodes"}, []string{"get", "list", "watch", "patch"}, ""))
+	s.add(perms("coordination.k8s.io", []string{"leases"}, []string{"get", "create", "update"}, namespace))
+	switch overlay {
+	case "base": // evict
+		s.add(perms("", []string{"pods/eviction"}, []string{"create"}, ""))
+	case "audit": // dry-run: no pod mutation at all
+	case "delete":
+		s.add(perms("", []string{"pods"}, []string{"delete"}, ""))
+	case "label":
+		s.add(perms("", []string{"pods"}, []string{"patch"}, ""))
+	default:
+		panic("unknown overlay " + overlay)
+	}
+	return s
+}
