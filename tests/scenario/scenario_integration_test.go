@@ -82,3 +82,44 @@ func TestRaceNoRepairDirectChain(t *testing.T) {
 		t.Fatalf("control pod: %+v", res.Control)
 	}
 }
+
+// With the repair controller, the pods that bypassed are evicted once the
+// node's CNI is ready and their replacements are meshed.
+func TestRaceRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.Repair, Pods: pods, CNIDelay: 2 * time.Second, Observe: 5 * time.Second, MinPodAge: 5 * time.Second})
+	if res.EverBypassed != pods {
+		t.Fatalf("ever bypassed %d, want %d (the pods ran before the plugin was chained)", res.EverBypassed, pods)
+	}
+	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("bypassing at end %d, seconds to all meshed %v: the controller did not repair", res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.Actions < pods || res.PodsSeen < 2*pods {
+		t.Fatalf("actions %d, pods seen %d: every bypassing pod should have been replaced", res.Actions, res.PodsSeen)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass > 0 && !p.Deleted {
+			t.Errorf("pod %s bypassed and is still there", p.Name)
+		}
+		if !p.Deleted && (p.Meshed == 0 || p.Bypass != 0) {
+			t.Errorf("replacement %s: %d meshed, %d bypass", p.Name, p.Meshed, p.Bypass)
+		}
+	}
+}
+
+// With prevention, the node joins with the startup taint: pods wait until
+// the installer has chained the plugin and the controller lifted the
+// taint, and none ever bypasses.
+func TestRacePrevention(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.Prevention, Pods: pods, CNIDelay: 3 * time.Second, Observe: 5 * time.Second})
+	if res.EverBypassed != 0 || res.BypassingAtEnd != 0 {
+		t.Fatalf("ever bypassed %d, bypassing at end %d, want 0", res.EverBypassed, res.BypassingAtEnd)
+	}
+	if res.SecondsToAllMeshed == nil {
+		t.Fatal("pods never all meshed")
+	}
+	for _, p := range res.PodResults {
+		if p.ExternalConnections != 0 {
+			t.Errorf("pod %s (%s) reached the external service %d times", p.Name, p.IP, p.ExternalConnections)
+		}
+	}
+}
