@@ -40,7 +40,7 @@ deps:
 
 ## kube-bins: kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 (cold: ~15 min on 2 cores)
 kube-bins:
-	@./hack/build-kube.sh $(KUBE_BIN)
+	@./hack/build-kube.sh $(abspath $(KUBE_BIN))
 
 ## cni-bins: reference CNI plugins pinned in go.mod
 cni-bins:

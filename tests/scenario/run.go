@@ -187,6 +187,7 @@ type run struct {
 	cniAt      time.Time
 	tr         *tracker
 	phase      string
+	live       []*podTrack
 	cleanups   []func()
 }
 
@@ -824,6 +825,10 @@ func (r *run) report(live []*podTrack) {
 	if r.cfg.Progress == nil {
 		return
 	}
+	if live == nil {
+		live = r.live
+	}
+	r.live = live
 	pr := Progress{Mode: r.cfg.Mode, Phase: r.phase, Elapsed: time.Since(r.start), SinceCNI: -1, Pods: r.cfg.Pods, Live: len(live)}
 	if !r.cniAt.IsZero() {
 		pr.SinceCNI = time.Since(r.cniAt)
