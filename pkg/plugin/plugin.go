@@ -24,8 +24,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
@@ -36,7 +34,7 @@ import (
 type Plugin struct {
 	// NewClient builds the Kubernetes client and says which kubeconfig it
 	// used (for messages).
-	NewClient func(conf *Config) (kubernetes.Interface, string, error)
+	NewClient func(conf *Config) (PodClient, string, error)
 	// NewExecutor returns the iptables executor for a pod namespace.
 	NewExecutor func(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error)
 	// Stdout receives the CNI result; Stderr the log unless log_file is set.
@@ -75,8 +73,8 @@ func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Log
 // pod whose status to record. skip means the pod is not ours to redirect.
 type target struct {
 	sets   []redirect.RuleSet
-	pod    *corev1.Pod
-	client kubernetes.Interface
+	pod    *Pod
+	client PodClient
 	skip   bool
 	what   string // "pod ns/name" or "Nomad allocation <container>"
 }
@@ -165,7 +163,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		return nil, fmt.Errorf("consul-cni: %s: reading the pod from the Kubernetes API (kubeconfig %s) failed after %d attempt(s): %w",
 			tg.what, path, n, apiHint(err, conf))
 	}
-	if a.PodUID != "" && string(pod.UID) != a.PodUID {
+	if a.PodUID != "" && pod.UID != a.PodUID {
 		return nil, fmt.Errorf("consul-cni: %s: the API holds a different pod of that name (uid %s, the sandbox is for uid %s)", tg.what, pod.UID, a.PodUID)
 	}
 	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
