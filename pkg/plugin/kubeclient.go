@@ -101,6 +101,9 @@ type kubeconfig struct {
 			ClientKeyData         []byte          `json:"client-key-data"`
 			Username              string          `json:"username"`
 			Password              string          `json:"password"`
+			As                    string          `json:"as"`
+			AsGroups              []string        `json:"as-groups"`
+			AsUID                 string          `json:"as-uid"`
 			Exec                  json.RawMessage `json:"exec"`
 			AuthProvider          json.RawMessage `json:"auth-provider"`
 		} `json:"user"`
@@ -116,6 +119,10 @@ type restPods struct {
 	tokenFile string
 	basicUser string
 	basicPass string
+	// Impersonation from the kubeconfig (as, as-groups, as-uid).
+	asUser   string
+	asGroups []string
+	asUID    string
 }
 
 // loadKubeconfig builds the REST client from a kubeconfig file. Relative
@@ -212,6 +219,7 @@ func loadKubeconfig(path string, timeout time.Duration) (*restPods, error) {
 		}
 		r.token, r.tokenFile = us.Token, rel(us.TokenFile)
 		r.basicUser, r.basicPass = us.Username, us.Password
+		r.asUser, r.asGroups, r.asUID = us.As, us.AsGroups, us.AsUID
 		cert, key := us.ClientCertificateData, us.ClientKeyData
 		if us.ClientCertificate != "" {
 			if cert, err = os.ReadFile(rel(us.ClientCertificate)); err != nil {
@@ -293,6 +301,15 @@ func (r *restPods) do(ctx context.Context, method, u, contentType string, body [
 		req.Header.Set("Authorization", "Bearer "+tok)
 	} else if r.basicUser != "" {
 		req.SetBasicAuth(r.basicUser, r.basicPass)
+	}
+	if r.asUser != "" {
+		req.Header.Set("Impersonate-User", r.asUser)
+		for _, g := range r.asGroups {
+			req.Header.Add("Impersonate-Group", g)
+		}
+		if r.asUID != "" {
+			req.Header.Set("Impersonate-Uid", r.asUID)
+		}
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {

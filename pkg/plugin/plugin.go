@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -122,13 +123,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 
 	if tg.pod != nil {
-		n, err := patchStatus(apiCtx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
+		ctx := apiCtx
+		n, err := patchStatus(ctx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
 		if err != nil {
 			if rerr := redirect.Remove(exCtx, ex, redirect.Families); rerr != nil {
 				log.Error("removing the rules after the failed status update", "error", rerr)
 			}
 			err = fmt.Errorf("consul-cni: %s: rules applied but setting %s=%s failed after %d attempt(s), so the rules were removed and ADD fails for the runtime to retry: %w",
-				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete, n, apiHint(err, conf))
+				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete, n, apiHint(ctx, err, conf))
 			log.Error("ADD failed", "error", err)
 			return err
 		}
@@ -161,13 +163,13 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	pod, n, err := getPod(ctx, client, a.PodNamespace, a.PodName, p.RetryBase)
 	if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: reading the pod from the Kubernetes API (kubeconfig %s) failed after %d attempt(s): %w",
-			tg.what, path, n, apiHint(err, conf))
+			tg.what, path, n, apiHint(ctx, err, conf))
 	}
 	if a.PodUID != "" && pod.UID != a.PodUID {
 		return nil, fmt.Errorf("consul-cni: %s: the API holds a different pod of that name (uid %s, the sandbox is for uid %s)", tg.what, pod.UID, a.PodUID)
 	}
 	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
-		log.Debug("pod is not injected or has no transparent proxy status; not redirecting", "pod", tg.what)
+		log.Debug("pod is not injected or has no transparent proxy status; not redirecting")
 		tg.skip = true
 		return tg, nil
 	}
@@ -175,7 +177,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	if add {
 		if n, err := patchStatus(ctx, client, pod, annotations.TProxyStatusWaiting, p.RetryBase); err != nil {
 			return nil, fmt.Errorf("consul-cni: %s: setting %s=%s failed after %d attempt(s): %w",
-				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusWaiting, n, apiHint(err, conf))
+				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusWaiting, n, apiHint(ctx, err, conf))
 		}
 	}
 	raw, ok := pod.Annotations[annotations.KeyRedirectTrafficConfig]
@@ -195,9 +197,10 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	return tg, nil
 }
 
-func apiHint(err error, conf *Config) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w (no answer within api_timeout %s: is the API server reachable from the node?)", err, conf.apiTimeout)
+func apiHint(ctx context.Context, err error, conf *Config) error {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Errorf("%w (gave up at api_timeout %s: is the API server reachable from the node?)", err, conf.apiTimeout)
 	}
 	return err
 }
