@@ -84,6 +84,11 @@ fmt:
 bench:
 	$(GOTEST) -run '^$$' -bench . -benchmem ./pkg/...
 
+## bench-cni: consul-cni ADD in fresh netns vs one iptables exec per rule (root); prints median, p99, ratio
+BENCH_CNI_ADDS ?= 100
+bench-cni: deps
+	$(GOTEST) -tags privileged -run '^$$' -bench '^BenchmarkADD$$' -benchtime $(BENCH_CNI_ADDS)x -timeout 60m ./tests/cnichain
+
 ## fuzz: run each fuzz target briefly (FUZZTIME=30s by default)
 FUZZTIME ?= 30s
 fuzz:
