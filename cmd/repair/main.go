@@ -1,0 +1,185 @@
+// Command repair is the consul-cni-repair controller: it finds Consul
+// transparent-proxy pods whose sandbox was created without the consul-cni
+// plugin and gets them recreated (evict, delete or label, or only report in
+// dry-run), and it marks nodes ready for injected pods when the CNI
+// DaemonSet pod on them is Ready.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+)
+
+// options are the command's flags.
+type options struct {
+	kubeconfig string
+	qps        float32
+	burst      int
+	action     string
+	gate       string
+	effect     string
+	cfg        repair.ManagerConfig
+}
+
+func newOptions() *options {
+	o := &options{qps: 50, burst: 100, cfg: repair.DefaultManagerConfig()}
+	o.action = string(o.cfg.Action)
+	o.gate = string(o.cfg.Gate)
+	o.effect = string(o.cfg.StartupTaintEffect)
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		o.cfg.LeaseNamespace = ns
+	}
+	return o
+}
+
+// AddFlags registers every flag; --help prints each with its default.
+func (o *options) AddFlags(fs *pflag.FlagSet) {
+	c := &o.cfg
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file. When empty, the KUBECONFIG environment variable, else the in-cluster configuration.")
+	fs.Float32Var(&o.qps, "kube-api-qps", o.qps, "Queries per second to the Kubernetes API.")
+	fs.IntVar(&o.burst, "kube-api-burst", o.burst, "Burst of queries to the Kubernetes API.")
+
+	fs.StringVar(&o.action, "action", o.action, "What to do with a pod that bypassed the CNI plugin: evict (policy/v1 Eviction, PodDisruptionBudgets honoured), delete (UID and resourceVersion preconditions) or label (only label it "+"consul.hashicorp.com/cni-uninitialized=true).")
+	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Audit mode: mutate no pod; log the decision, emit a Normal WouldRepair Event and count it with dry_run=\"true\".")
+	fs.StringVar(&o.gate, "cni-ready-gate", o.gate, "When a node's CNI counts as ready (no action elsewhere): node-label (label consul.hashicorp.com/cni=ready), cni-pod (the CNI DaemonSet pod on the node is Ready) or none.")
+	fs.BoolVar(&c.AllowBarePods, "allow-bare-pods", c.AllowBarePods, "Also act on pods without a controller (they are NOT recreated). Default: Event and metric only.")
+	fs.DurationVar(&c.MinPodAge, "min-pod-age", c.MinPodAge, "Signal A: how long the transparent-proxy-status may stay enabled/waiting after the sandbox exists before the pod counts as broken.")
+	fs.StringSliceVar(&c.InitContainerNames, "init-container-name", c.InitContainerNames, "Signal B: names of the annotation-check init containers (NAME and NAME-<service> match); repeat or comma-separate.")
+	fs.Int32Var(&c.InitExitCode, "init-exit-code", c.InitExitCode, "Signal B: exit code of a failed check.")
+	fs.StringVar(&c.InjectedPodSelector, "injected-pod-selector", c.InjectedPodSelector, "Server-side label selector of the pods the controller watches (the injected ones).")
+	fs.IntVar(&c.MaxRepairsPerMinute, "max-repairs-per-minute", c.MaxRepairsPerMinute, "Actions per minute, cluster-wide (token bucket, burst a tenth of it).")
+	fs.IntVar(&c.MaxRepairsPerNodePerMinute, "max-repairs-per-node-per-minute", c.MaxRepairsPerNodePerMinute, "Actions per minute on any one node (fairness).")
+	fs.DurationVar(&c.BackoffBase, "backoff-base", c.BackoffBase, "First retry delay of a pod whose action failed or was blocked by a PodDisruptionBudget (doubles each time).")
+	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "Longest retry delay of a pod.")
+	fs.BoolVar(&c.Breaker, "circuit-breaker", c.Breaker, "Stop acting on a node where pods created after its CNI became ready are broken too (misconfiguration, not the race).")
+	fs.Float64Var(&c.BreakerThreshold, "breaker-threshold", c.BreakerThreshold, "Share (0-1] of broken pods, among the injected pods created since the node's CNI became ready, that opens the breaker.")
+	fs.IntVar(&c.BreakerMinPods, "breaker-min-pods", c.BreakerMinPods, "Broken pods (created since the node's CNI became ready) needed before the breaker can open.")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "Concurrent pod workers.")
+	fs.DurationVar(&c.Resync, "resync-period", c.Resync, "Informer resync period (a safety net; changes are handled as they happen).")
+
+	fs.BoolVar(&c.NodeReadiness, "node-readiness", c.NodeReadiness, "Label nodes consul.hashicorp.com/cni=ready and remove the startup taint when the CNI DaemonSet pod on them is Ready; remove the label when it is not.")
+	fs.StringVar(&c.CNINamespace, "cni-namespace", c.CNINamespace, "Namespace of the CNI DaemonSet.")
+	fs.StringVar(&c.CNIPodSelector, "cni-pod-selector", c.CNIPodSelector, "Label selector of the CNI DaemonSet's pods.")
+	fs.StringVar(&c.StartupTaintKey, "startup-taint-key", c.StartupTaintKey, "Key of the startup taint removed (any effect) once the node's CNI is ready.")
+	fs.BoolVar(&c.ReaddStartupTaint, "readd-startup-taint", c.ReaddStartupTaint, "Re-add the startup taint when the node's CNI pod is gone or not Ready.")
+	fs.StringVar(&o.effect, "startup-taint-effect", o.effect, "Effect of a re-added startup taint: NoSchedule, PreferNoSchedule or NoExecute.")
+
+	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect a leader with a coordination.k8s.io Lease; only the leader acts.")
+	fs.StringVar(&c.LeaseNamespace, "leader-election-namespace", c.LeaseNamespace, "Namespace of the Lease (default: $POD_NAMESPACE when set).")
+	fs.StringVar(&c.LeaseName, "leader-election-id", c.LeaseName, "Name of the Lease.")
+	fs.DurationVar(&c.LeaseDuration, "leader-election-lease-duration", c.LeaseDuration, "How long a lease is valid without renewal.")
+	fs.DurationVar(&c.RenewDeadline, "leader-election-renew-deadline", c.RenewDeadline, "How long the leader retries renewing before giving up.")
+	fs.DurationVar(&c.RetryPeriod, "leader-election-retry-period", c.RetryPeriod, "Interval between lease attempts.")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "Listen address of /metrics (Prometheus); 0 disables.")
+	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "Listen address of /healthz and /readyz; 0 disables.")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "Time allowed to stop the HTTP servers on shutdown.")
+}
+
+// Validate copies the string flags into the config and validates it.
+func (o *options) Validate() error {
+	o.cfg.Action = repair.Action(o.action)
+	o.cfg.Gate = repair.GateMode(o.gate)
+	o.cfg.StartupTaintEffect = corev1.TaintEffect(o.effect)
+	if o.qps <= 0 || o.burst < 1 {
+		return fmt.Errorf("--kube-api-qps/--kube-api-burst: %v/%d must be positive", o.qps, o.burst)
+	}
+	return o.cfg.Validate()
+}
+
+// restConfig: --kubeconfig, else $KUBECONFIG, else in-cluster.
+func (o *options) restConfig() (*rest.Config, error) {
+	path := o.kubeconfig
+	if path == "" {
+		path = os.Getenv("KUBECONFIG")
+	}
+	var cfg *rest.Config
+	var err error
+	if path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cfg.UserAgent = repair.Component + "/" + repair.Version
+	return cfg, nil
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "repair:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := pflag.NewFlagSet("repair", pflag.ContinueOnError)
+	fs.SortFlags = false
+	o := newOptions()
+	o.AddFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, err := o.restConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName("repair")
+	ctx = klog.NewContext(ctx, logger)
+	m, err := repair.NewManager(client, o.cfg)
+	if err != nil {
+		return err
+	}
+	logger.Info("Starting", "version", repair.Version, "metrics", m.MetricsAddr(), "health", m.HealthAddr(),
+		"leaderElect", o.cfg.LeaderElect, "action", o.cfg.Action, "dryRun", o.cfg.DryRun, "gate", o.cfg.Gate)
+	start := time.Now()
+	err = m.Run(ctx)
+	klog.Flush()
+	logger.Info("Stopped", "after", time.Since(start).Round(time.Second), "err", err)
+	return err
+}
+
+const usageText = `
+Finds Consul transparent-proxy pods that started outside the mesh because their
+sandbox was created before the consul-cni plugin was in the node's CNI chain,
+and gets them recreated by their owner; marks nodes ready for injected pods
+once the CNI DaemonSet pod on them is Ready. Endpoints: /metrics on
+--metrics-bind-address; /healthz and /readyz on --health-probe-bind-address.`

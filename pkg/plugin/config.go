@@ -1,0 +1,218 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+)
+
+// Defaults of the configuration keys this project adds.
+const (
+	DefaultAPITimeout      = 30 * time.Second
+	DefaultIptablesTimeout = 30 * time.Second
+	DefaultCNINetDir       = "/etc/cni/net.d"
+	DefaultStateDir        = "/var/run/consul-cni"
+	// BackendCacheTTL is how long a detected iptables backend is reused.
+	BackendCacheTTL = 10 * time.Minute
+	maxTimeout      = 10 * time.Minute
+)
+
+// Config is the plugin's entry in the conflist. The keys consul-k8s writes
+// keep their names and meaning; the others are optional additions.
+type Config struct {
+	types.PluginConf
+
+	// CNIBinDir and CNINetDir are the host directories of the plugins and of
+	// the CNI configuration; the kubeconfig is looked up in CNINetDir.
+	CNIBinDir string `json:"cni_bin_dir,omitempty"`
+	CNINetDir string `json:"cni_net_dir,omitempty"`
+	// Kubeconfig is the kubeconfig file name inside CNINetDir (an absolute
+	// path is used as it is). When the file does not exist, the newest
+	// regular file named "<kubeconfig>-*" is used, as consul-k8s does.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// LogLevel is trace, debug, info (default), warn, error or off.
+	LogLevel string `json:"log_level,omitempty"`
+	// Multus marks the plugin as called by Multus, possibly without a
+	// prevResult.
+	Multus bool `json:"multus,omitempty"`
+
+	// Written by newer consul-k8s installers; accepted and not used: the
+	// kubeconfig's tokenFile already keeps the token current.
+	CNITokenPath     string `json:"cni_token_path,omitempty"`
+	CNIHostTokenPath string `json:"cni_host_token_path,omitempty"`
+	AutorotateToken  bool   `json:"autorotate_token,omitempty"`
+
+	// APITimeout bounds all Kubernetes API work of one call (Go duration,
+	// default 30s): when the API cannot be reached within it, ADD fails.
+	APITimeout string `json:"api_timeout,omitempty"`
+	// IptablesTimeout bounds the iptables work of one call (default 30s).
+	IptablesTimeout string `json:"iptables_timeout,omitempty"`
+	// IptablesBackend is auto (default: the node's backend, detected as
+	// kube-proxy does), nft or legacy.
+	IptablesBackend string `json:"iptables_backend,omitempty"`
+	// LogFile, when set, receives the log instead of stderr.
+	LogFile string `json:"log_file,omitempty"`
+	// StateDir holds the cached backend detection (default
+	// /var/run/consul-cni).
+	StateDir string `json:"state_dir,omitempty"`
+
+	apiTimeout      time.Duration
+	iptablesTimeout time.Duration
+	backend         redirect.Backend
+	autoBackend     bool
+	level           slog.Level
+	logOff          bool
+}
+
+// SupportedVersions are the CNI spec versions the plugin implements.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// VersionInfo is what the plugin answers to VERSION.
+var VersionInfo = version.PluginSupports(SupportedVersions...)
+
+// ConfigError names the configuration key and value that are wrong.
+type ConfigError struct {
+	Key, Value, Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("consul-cni configuration: key %q: %q %s", e.Key, e.Value, e.Reason)
+}
+
+// parseConfig decodes and validates the plugin configuration and its
+// prevResult (CNI passes it from the previous plugin; it is handed on
+// unchanged).
+func parseConfig(stdin []byte) (*Config, error) {
+	conf := &Config{}
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return nil, fmt.Errorf("consul-cni configuration is not valid JSON: %w", err)
+	}
+	if err := conf.validate(); err != nil {
+		return nil, err
+	}
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+		return nil, fmt.Errorf("consul-cni configuration: prevResult: %w", err)
+	}
+	return conf, nil
+}
+
+func (c *Config) validate() error {
+	if c.CNIVersion == "" {
+		return &ConfigError{"cniVersion", "", "is required"}
+	}
+	supported := false
+	for _, v := range SupportedVersions {
+		supported = supported || v == c.CNIVersion
+	}
+	if !supported {
+		return &ConfigError{"cniVersion", c.CNIVersion, "is not supported (want one of " + strings.Join(SupportedVersions, ", ") + ")"}
+	}
+	var err error
+	if c.apiTimeout, err = duration("api_timeout", c.APITimeout, DefaultAPITimeout); err != nil {
+		return err
+	}
+	if c.iptablesTimeout, err = duration("iptables_timeout", c.IptablesTimeout, DefaultIptablesTimeout); err != nil {
+		return err
+	}
+	if c.backend, c.autoBackend, err = redirect.ParseBackend(c.IptablesBackend); err != nil {
+		return &ConfigError{"iptables_backend", c.IptablesBackend, "is not auto, nft or legacy"}
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "trace", "debug":
+		c.level = slog.LevelDebug
+	case "", "info":
+		c.level = slog.LevelInfo
+	case "warn", "warning":
+		c.level = slog.LevelWarn
+	case "error":
+		c.level = slog.LevelError
+	case "off", "none":
+		c.logOff = true
+	default:
+		return &ConfigError{"log_level", c.LogLevel, "is not a log level (want trace, debug, info, warn, error or off)"}
+	}
+	if c.Kubeconfig != "" {
+		if strings.ContainsAny(c.Kubeconfig, "\x00\n") || strings.ContainsAny(filepath.Base(c.Kubeconfig), "*?[") {
+			return &ConfigError{"kubeconfig", c.Kubeconfig, "is not a file name"}
+		}
+	}
+	if c.CNINetDir != "" && !filepath.IsAbs(c.CNINetDir) {
+		return &ConfigError{"cni_net_dir", c.CNINetDir, "is not an absolute path"}
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	} else if !filepath.IsAbs(c.StateDir) {
+		return &ConfigError{"state_dir", c.StateDir, "is not an absolute path"}
+	}
+	if c.LogFile != "" && !filepath.IsAbs(c.LogFile) {
+		return &ConfigError{"log_file", c.LogFile, "is not an absolute path"}
+	}
+	return nil
+}
+
+func duration(key, s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > maxTimeout {
+		return 0, &ConfigError{key, s, "is not a duration between 0 and 10m (for example \"30s\")"}
+	}
+	return d, nil
+}
+
+// netDir is the directory the kubeconfig name is relative to.
+func (c *Config) netDir() string {
+	if c.CNINetDir == "" {
+		return DefaultCNINetDir
+	}
+	return c.CNINetDir
+}
+
+// cniArgs are the CNI_ARGS the plugin reads. The runtime passes more (and
+// IgnoreUnknown=1); unknown keys are ignored.
+type cniArgs struct {
+	PodName, PodNamespace, PodUID, InfraContainerID string
+	// IptablesConfig is Nomad's CONSUL_IPTABLES_CONFIG: the redirect
+	// configuration as JSON, in place of a pod.
+	IptablesConfig string
+}
+
+// parseCNIArgs reads "K=V;K2=V2". Values may contain '=' (only the first
+// one separates), so Nomad's JSON passes intact.
+func parseCNIArgs(s string) (cniArgs, error) {
+	var a cniArgs
+	if s == "" {
+		return a, nil
+	}
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return a, fmt.Errorf("CNI_ARGS: %q is not KEY=VALUE", pair)
+		}
+		switch k {
+		case "K8S_POD_NAME":
+			a.PodName = v
+		case "K8S_POD_NAMESPACE":
+			a.PodNamespace = v
+		case "K8S_POD_UID":
+			a.PodUID = v
+		case "K8S_POD_INFRA_CONTAINER_ID":
+			a.InfraContainerID = v
+		case "CONSUL_IPTABLES_CONFIG":
+			a.IptablesConfig = v
+		}
+	}
+	return a, nil
+}

@@ -1,0 +1,380 @@
+// Package plugin is the consul-cni chained CNI plugin: it applies Consul's
+// transparent-proxy redirect rules (pkg/redirect) inside a pod's network
+// namespace and records the result in the pod's
+// consul.hashicorp.com/transparent-proxy-status annotation.
+//
+// It follows the meta plugins of containernetworking/plugins: one
+// parseConfig, prevResult handed on unchanged, all in-pod work in the pod
+// namespace, stdout only for the CNI result, a CHECK that verifies and an
+// idempotent DEL. It fails closed: any error in ADD (API unreachable,
+// invalid annotation, iptables failure) fails the call with a message
+// naming what to fix, leaves no rule of ours behind, and the runtime
+// retries the sandbox.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+)
+
+// Plugin holds the plugin's dependencies; the zero value is not usable, use
+// New. Tests replace the fields.
+type Plugin struct {
+	// NewClient builds the Kubernetes client and says which kubeconfig it
+	// used (for messages).
+	NewClient func(conf *Config) (kubernetes.Interface, string, error)
+	// NewExecutor returns the iptables executor for a pod namespace.
+	NewExecutor func(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error)
+	// Stdout receives the CNI result; Stderr the log unless log_file is set.
+	Stdout, Stderr io.Writer
+	// RetryBase is the first back-off between API retries.
+	RetryBase time.Duration
+}
+
+// New returns the plugin wired to the real Kubernetes API and iptables.
+func New() *Plugin {
+	return &Plugin{
+		NewClient:   NewKubeClient,
+		NewExecutor: realExecutor,
+		Stdout:      os.Stdout,
+		Stderr:      os.Stderr,
+		RetryBase:   200 * time.Millisecond,
+	}
+}
+
+// Funcs returns the CNI commands for skel.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del, Status: p.Status, GC: p.GC}
+}
+
+func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error) {
+	b := conf.backend
+	if conf.autoBackend {
+		var why string
+		b, why = redirect.Detector{}.Cached(ctx, conf.StateDir, BackendCacheTTL)
+		log.Debug("iptables backend", "backend", b.String(), "reason", why)
+	}
+	return &redirect.NetnsExecutor{NetNS: netns, Backend: b}, nil
+}
+
+// target is what a call works on: the rule sets, and for Kubernetes the
+// pod whose status to record. skip means the pod is not ours to redirect.
+type target struct {
+	sets   []redirect.RuleSet
+	pod    *corev1.Pod
+	client kubernetes.Interface
+	skip   bool
+	what   string // "pod ns/name" or "Nomad allocation <container>"
+}
+
+// Add implements CNI ADD.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	start := time.Now()
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	a, err := parseCNIArgs(args.Args)
+	if err != nil {
+		return err
+	}
+	log, closeLog := p.logger(conf, "ADD", args, a)
+	defer closeLog()
+
+	result, err := passThrough(conf, log)
+	if err != nil {
+		return err
+	}
+
+	apiCtx, cancel := context.WithTimeout(context.Background(), conf.apiTimeout)
+	defer cancel()
+	tg, err := p.resolve(apiCtx, conf, args, a, log, true)
+	if err != nil {
+		log.Error("ADD failed", "error", err)
+		return err
+	}
+	if tg.skip {
+		return p.print(result, conf)
+	}
+
+	exCtx, exCancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
+	defer exCancel()
+	ex, err := p.NewExecutor(exCtx, conf, args.Netns, log)
+	if err != nil {
+		return fmt.Errorf("consul-cni: %s: %w", tg.what, err)
+	}
+	if err := redirect.Apply(exCtx, ex, tg.sets); err != nil {
+		err = fmt.Errorf("consul-cni: %s: applying the traffic redirection rules in %s failed (nothing of ours was left in place): %w", tg.what, args.Netns, err)
+		log.Error("ADD failed", "error", err)
+		return err
+	}
+
+	if tg.pod != nil {
+		n, err := patchStatus(apiCtx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
+		if err != nil {
+			if rerr := redirect.Remove(exCtx, ex, redirect.Families); rerr != nil {
+				log.Error("removing the rules after the failed status update", "error", rerr)
+			}
+			err = fmt.Errorf("consul-cni: %s: rules applied but setting %s=%s failed after %d attempt(s), so the rules were removed and ADD fails for the runtime to retry: %w",
+				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete, n, apiHint(err, conf))
+			log.Error("ADD failed", "error", err)
+			return err
+		}
+	}
+	log.Info("traffic redirection applied", "target", tg.what, "families", fmt.Sprint(redirect.FamiliesOf(tg.sets)), "duration", time.Since(start).String())
+	return p.print(result, conf)
+}
+
+// resolve finds the redirect configuration: from CONSUL_IPTABLES_CONFIG
+// (Nomad) or from the pod's annotations. For ADD it records `waiting`.
+func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, a cniArgs, log *slog.Logger, add bool) (*target, error) {
+	if a.IptablesConfig != "" {
+		tg := &target{what: "container " + args.ContainerID}
+		cfg, err := annotations.ParseRedirectTrafficConfig([]byte(a.IptablesConfig), false)
+		if err != nil {
+			return nil, fmt.Errorf("consul-cni: %s: CNI argument CONSUL_IPTABLES_CONFIG is invalid: %w", tg.what, err)
+		}
+		tg.sets = redirect.Build(cfg)
+		return tg, nil
+	}
+	if a.PodName == "" || a.PodNamespace == "" {
+		return nil, errors.New("consul-cni: CNI_ARGS has neither K8S_POD_NAMESPACE and K8S_POD_NAME (Kubernetes) nor CONSUL_IPTABLES_CONFIG (Nomad); not running for a pod")
+	}
+	tg := &target{what: "pod " + a.PodNamespace + "/" + a.PodName}
+	client, path, err := p.NewClient(conf)
+	if err != nil {
+		return nil, fmt.Errorf("consul-cni: %s: cannot build the Kubernetes client: %w", tg.what, err)
+	}
+	tg.client = client
+	pod, n, err := getPod(ctx, client, a.PodNamespace, a.PodName, p.RetryBase)
+	if err != nil {
+		return nil, fmt.Errorf("consul-cni: %s: reading the pod from the Kubernetes API (kubeconfig %s) failed after %d attempt(s): %w",
+			tg.what, path, n, apiHint(err, conf))
+	}
+	if a.PodUID != "" && string(pod.UID) != a.PodUID {
+		return nil, fmt.Errorf("consul-cni: %s: the API holds a different pod of that name (uid %s, the sandbox is for uid %s)", tg.what, pod.UID, a.PodUID)
+	}
+	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
+		log.Debug("pod is not injected or has no transparent proxy status; not redirecting", "pod", tg.what)
+		tg.skip = true
+		return tg, nil
+	}
+	tg.pod = pod
+	if add {
+		if n, err := patchStatus(ctx, client, pod, annotations.TProxyStatusWaiting, p.RetryBase); err != nil {
+			return nil, fmt.Errorf("consul-cni: %s: setting %s=%s failed after %d attempt(s): %w",
+				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusWaiting, n, apiHint(err, conf))
+		}
+	}
+	raw, ok := pod.Annotations[annotations.KeyRedirectTrafficConfig]
+	if !ok {
+		return nil, fmt.Errorf("consul-cni: %s: the pod is injected with transparent proxy but has no %s annotation; check that consul-k8s runs with the CNI plugin enabled (connectInject.cni.enabled)",
+			tg.what, annotations.KeyRedirectTrafficConfig)
+	}
+	dual, err := annotations.DualStack(pod.Annotations)
+	if err != nil {
+		return nil, fmt.Errorf("consul-cni: %s: %w", tg.what, err)
+	}
+	cfg, err := annotations.ParseRedirectTrafficConfig([]byte(raw), dual)
+	if err != nil {
+		return nil, fmt.Errorf("consul-cni: %s: %w", tg.what, err)
+	}
+	tg.sets = redirect.Build(cfg)
+	return tg, nil
+}
+
+func apiHint(err error, conf *Config) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (no answer within api_timeout %s: is the API server reachable from the node?)", err, conf.apiTimeout)
+	}
+	return err
+}
+
+// passThrough returns the result to print: the prevResult unchanged, or,
+// without one (Multus calls the plugin on its own), an empty result, as
+// consul-k8s does.
+func passThrough(conf *Config, log *slog.Logger) (types.Result, error) {
+	if conf.PrevResult == nil {
+		log.Debug("no prevResult; returning an empty result", "multus", conf.Multus)
+		return &current.Result{CNIVersion: current.ImplementedSpecVersion}, nil
+	}
+	r, err := current.GetResult(conf.PrevResult)
+	if err != nil {
+		return nil, fmt.Errorf("consul-cni: cannot convert prevResult: %w", err)
+	}
+	if len(r.IPs) == 0 {
+		return nil, errors.New("consul-cni: prevResult has no container IPs: the plugin must come after the plugin that sets up the pod network")
+	}
+	return conf.PrevResult, nil
+}
+
+func (p *Plugin) print(r types.Result, conf *Config) error {
+	out, err := r.GetAsVersion(conf.CNIVersion)
+	if err != nil {
+		return fmt.Errorf("consul-cni: converting the result to CNI version %s: %w", conf.CNIVersion, err)
+	}
+	return out.PrintTo(p.Stdout)
+}
+
+// Check implements CNI CHECK: the rules must be in the pod namespace exactly
+// as ADD put them.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	a, err := parseCNIArgs(args.Args)
+	if err != nil {
+		return err
+	}
+	log, closeLog := p.logger(conf, "CHECK", args, a)
+	defer closeLog()
+	apiCtx, cancel := context.WithTimeout(context.Background(), conf.apiTimeout)
+	defer cancel()
+	tg, err := p.resolve(apiCtx, conf, args, a, log, false)
+	if err != nil {
+		return err
+	}
+	if tg.skip {
+		return nil
+	}
+	exCtx, exCancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
+	defer exCancel()
+	ex, err := p.NewExecutor(exCtx, conf, args.Netns, log)
+	if err != nil {
+		return err
+	}
+	if err := redirect.Check(exCtx, ex, tg.sets); err != nil {
+		err = fmt.Errorf("consul-cni: %s: %w", tg.what, err)
+		log.Warn("CHECK found drift", "error", err)
+		return err
+	}
+	return nil
+}
+
+// Del implements CNI DEL: removes our rules when the namespace still
+// exists. A missing namespace, missing rules or an unparsable configuration
+// are not errors (DEL must be able to finish).
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		// Keep going with defaults: DEL must not be blocked by a
+		// configuration that ADD would have refused anyway.
+		conf = &Config{apiTimeout: DefaultAPITimeout, iptablesTimeout: DefaultIptablesTimeout,
+			autoBackend: true, StateDir: DefaultStateDir, level: slog.LevelInfo}
+		fmt.Fprintf(p.Stderr, "consul-cni DEL: ignoring an invalid configuration: %v\n", err)
+	}
+	a, _ := parseCNIArgs(args.Args)
+	log, closeLog := p.logger(conf, "DEL", args, a)
+	defer closeLog()
+	if args.Netns == "" {
+		return nil
+	}
+	if _, err := os.Stat(args.Netns); err != nil {
+		log.Debug("netns is gone; nothing to remove", "netns", args.Netns)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
+	defer cancel()
+	ex, err := p.NewExecutor(ctx, conf, args.Netns, log)
+	if err != nil {
+		return err
+	}
+	if err := redirect.Remove(ctx, ex, []redirect.Family{redirect.IPv4}); err != nil {
+		if errors.Is(err, redirect.ErrNetnsGone) {
+			return nil
+		}
+		return fmt.Errorf("consul-cni: removing the traffic redirection rules from %s: %w", args.Netns, err)
+	}
+	if err := redirect.Remove(ctx, ex, []redirect.Family{redirect.IPv6}); err != nil && !errors.Is(err, redirect.ErrNetnsGone) {
+		// A node without IPv6 cannot even list the table; the namespace
+		// is going away, so this is not worth failing DEL for.
+		log.Warn("could not remove IPv6 rules", "error", err)
+	}
+	return nil
+}
+
+// Status implements CNI STATUS (spec 1.1.0): the plugin is ready when the
+// iptables tools it needs are installed and, for Kubernetes, its kubeconfig
+// exists and loads.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	backends := []redirect.Backend{conf.backend}
+	if conf.autoBackend {
+		backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy, redirect.BackendDefault}
+	}
+	var missing []string
+	found := false
+	for _, b := range backends {
+		ok := true
+		for _, f := range redirect.Families {
+			for _, verb := range []string{"save", "restore"} {
+				if _, err := redirect.LookTool(b.Command(f, verb)); err != nil {
+					ok = false
+					missing = append(missing, b.Command(f, verb))
+				}
+			}
+		}
+		if ok {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
+	}
+	if conf.Kubeconfig != "" {
+		if _, _, err := p.NewClient(conf); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "consul-cni: kubeconfig not usable: "+err.Error(), "")
+		}
+	}
+	return nil
+}
+
+// GC implements CNI GC (spec 1.1.0). The plugin keeps no state outside pod
+// namespaces, which disappear with their sandboxes, so there is nothing to
+// collect.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	if _, err := parseConfig(args.StdinData); err != nil {
+		return err
+	}
+	return nil
+}
+
+// logger returns the call's logger (stderr or log_file, never stdout).
+func (p *Plugin) logger(conf *Config, cmd string, args *skel.CmdArgs, a cniArgs) (*slog.Logger, func()) {
+	var w io.Writer = p.Stderr
+	closer := func() {}
+	if conf.logOff {
+		w = io.Discard
+	} else if conf.LogFile != "" {
+		f, err := os.OpenFile(conf.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err == nil {
+			w, closer = f, func() { f.Close() }
+		} else {
+			fmt.Fprintf(p.Stderr, "consul-cni: cannot open log_file %s, logging to stderr: %v\n", conf.LogFile, err)
+		}
+	}
+	l := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: conf.level})).With("plugin", "consul-cni", "cmd", cmd, "container", args.ContainerID)
+	if a.PodName != "" {
+		l = l.With("pod", a.PodNamespace+"/"+a.PodName)
+	}
+	return l, closer
+}

@@ -1,0 +1,594 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+)
+
+const upstreamDefault = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,` +
+	`"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,` +
+	`"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
+
+// conflistEntry is the plugin's entry as consul-k8s's installer writes it,
+// with the prevResult a runtime adds.
+func conflistEntry(version, extra string) string {
+	prev := `{"cniVersion":"` + version + `","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
+		`"ips":[{"address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0}],"dns":{}}`
+	if !strings.HasPrefix(version, "1.") {
+		prev = `{"cniVersion":"` + version + `","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
+			`"ips":[{"version":"4","address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0}],"dns":{}}`
+	}
+	return `{"cniVersion":"` + version + `","name":"k8s-pod-network","type":"consul-cni",` +
+		`"cni_bin_dir":"/opt/cni/bin","cni_net_dir":"/etc/cni/net.d","kubeconfig":"ZZZ-consul-cni-kubeconfig",` +
+		`"log_level":"debug","multus":false` + extra + `,"prevResult":` + prev + `}`
+}
+
+type env struct {
+	t       *testing.T
+	p       *Plugin
+	client  *fake.Clientset
+	fake    *redirect.Fake
+	stdout  *bytes.Buffer
+	stderr  *bytes.Buffer
+	clients int
+}
+
+func newEnv(t *testing.T, objs ...runtime.Object) *env {
+	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirect.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	e.p = &Plugin{
+		NewClient: func(*Config) (kubernetes.Interface, string, error) {
+			e.clients++
+			return e.client, "/etc/cni/net.d/ZZZ-consul-cni-kubeconfig", nil
+		},
+		NewExecutor: func(_ context.Context, _ *Config, netns string, _ *slog.Logger) (redirect.Executor, error) {
+			return e.fake, nil
+		},
+		Stdout: e.stdout, Stderr: e.stderr,
+		RetryBase: time.Millisecond,
+	}
+	return e
+}
+
+func injectedPod(name string, ann map[string]string) *corev1.Pod {
+	a := map[string]string{
+		annotations.KeyInjectStatus:           annotations.InjectStatusInjected,
+		annotations.KeyTransparentProxyStatus: annotations.TProxyStatusEnabled,
+		annotations.KeyRedirectTrafficConfig:  upstreamDefault,
+	}
+	for k, v := range ann {
+		if v == "-" {
+			delete(a, k)
+		} else {
+			a[k] = v
+		}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: apitypes.UID("uid-" + name), Annotations: a,
+		Labels: map[string]string{annotations.KeyInjectStatus: annotations.InjectStatusInjected}}}
+}
+
+func args(stdin, cniArgs string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: "c0ffee", Netns: "/var/run/netns/test", IfName: "eth0", Args: cniArgs, StdinData: []byte(stdin)}
+}
+
+func podArgs(name string) string {
+	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + name + ";K8S_POD_INFRA_CONTAINER_ID=c0ffee"
+}
+
+func (e *env) status(name string) string {
+	e.t.Helper()
+	p, err := e.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p.Annotations[annotations.KeyTransparentProxyStatus]
+}
+
+// verbs lists the API actions on pods, as "get", "patch:<status>".
+func (e *env) verbs() []string {
+	var out []string
+	for _, a := range e.client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.PatchAction:
+			var p struct {
+				Metadata struct {
+					UID         string            `json:"uid"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(a.GetPatch(), &p); err != nil {
+				e.t.Fatal(err)
+			}
+			if p.Metadata.UID == "" {
+				e.t.Errorf("patch without uid precondition: %s", a.GetPatch())
+			}
+			out = append(out, string(a.GetPatchType())+":"+p.Metadata.Annotations[annotations.KeyTransparentProxyStatus])
+		default:
+			out = append(out, a.GetVerb())
+		}
+	}
+	return out
+}
+
+func expectedTable(t *testing.T, js string, dual bool) [2]string {
+	t.Helper()
+	cfg, err := annotations.ParseRedirectTrafficConfig([]byte(js), dual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &redirect.Fake{}
+	if err := redirect.Apply(context.Background(), f, redirect.Build(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	return [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}
+}
+
+func (e *env) tables() [2]string {
+	return [2]string{e.fake.Table(redirect.IPv4), e.fake.Table(redirect.IPv6)}
+}
+
+var emptyTables = [2]string{(&redirect.Fake{}).Table(redirect.IPv4), (&redirect.Fake{}).Table(redirect.IPv6)}
+
+func TestAddKubernetesPath(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	if err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(e.verbs(), ","); got != "get,application/merge-patch+json:waiting,application/merge-patch+json:complete" {
+		t.Fatalf("API calls %s", got)
+	}
+	if s := e.status("web"); s != annotations.TProxyStatusComplete {
+		t.Fatalf("status %q", s)
+	}
+	if e.tables() != expectedTable(t, upstreamDefault, false) {
+		t.Fatalf("rules\n%s", e.tables())
+	}
+	// Stdout is only the prevResult, handed on unchanged.
+	var res map[string]any
+	if err := json.Unmarshal(e.stdout.Bytes(), &res); err != nil {
+		t.Fatalf("stdout is not the result: %v\n%s", err, e.stdout)
+	}
+	if res["cniVersion"] != "1.0.0" || !strings.Contains(e.stdout.String(), `"10.0.0.2/24"`) {
+		t.Fatalf("result %s", e.stdout)
+	}
+	if !strings.Contains(e.stderr.String(), "traffic redirection applied") {
+		t.Fatalf("log %s", e.stderr)
+	}
+}
+
+func TestAddPassesPrevResultThroughForEveryVersion(t *testing.T) {
+	for _, v := range SupportedVersions {
+		t.Run(v, func(t *testing.T) {
+			e := newEnv(t, injectedPod("web", nil))
+			stdin := conflistEntry(v, "")
+			if err := e.p.Add(args(stdin, podArgs("web"))); err != nil {
+				t.Fatal(err)
+			}
+			var in struct {
+				Prev map[string]any `json:"prevResult"`
+			}
+			var out map[string]any
+			if err := json.Unmarshal([]byte(stdin), &in); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(e.stdout.Bytes(), &out); err != nil {
+				t.Fatal(err)
+			}
+			delete(out, "dns")
+			delete(in.Prev, "dns")
+			a, _ := json.Marshal(in.Prev)
+			b, _ := json.Marshal(out)
+			if string(a) != string(b) {
+				t.Fatalf("result changed\n in: %s\nout: %s", a, b)
+			}
+		})
+	}
+}
+
+func TestAddSkipsPodsThatAreNotOurs(t *testing.T) {
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain"}}
+	noTproxy := injectedPod("no-tproxy", map[string]string{annotations.KeyTransparentProxyStatus: "-"})
+	notInjected := injectedPod("not-injected", map[string]string{annotations.KeyInjectStatus: "-"})
+	notInjected.Labels = nil
+	for _, pod := range []*corev1.Pod{plain, noTproxy, notInjected} {
+		t.Run(pod.Name, func(t *testing.T) {
+			e := newEnv(t, pod)
+			if err := e.p.Add(args(conflistEntry("1.1.0", ""), podArgs(pod.Name))); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(e.verbs(), ","); got != "get" {
+				t.Fatalf("API calls %s", got)
+			}
+			if len(e.fake.Calls) != 0 {
+				t.Fatalf("iptables touched: %v", e.fake.Calls)
+			}
+			if !strings.Contains(e.stdout.String(), "10.0.0.2/24") {
+				t.Fatalf("result not passed through: %s", e.stdout)
+			}
+		})
+	}
+}
+
+func TestAddDualStackAnnotation(t *testing.T) {
+	dualCfg := `{"ConsulDNSIP":"::1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000}`
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		want [2]string
+		err  string
+	}{
+		{"missing means single stack", map[string]string{annotations.KeyDualStack: "-"}, expectedTable(t, upstreamDefault, false), ""},
+		{"false", map[string]string{annotations.KeyDualStack: "false"}, expectedTable(t, upstreamDefault, false), ""},
+		{"true", map[string]string{annotations.KeyDualStack: "true", annotations.KeyRedirectTrafficConfig: dualCfg}, expectedTable(t, dualCfg, true), ""},
+		{"bad value", map[string]string{annotations.KeyDualStack: "yes"}, emptyTables, `"yes" is not a boolean`},
+		{"v4 DNS in dual stack", map[string]string{annotations.KeyDualStack: "true"}, emptyTables, "for dual stack ipv6 consulDNSIP required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, injectedPod("web", tc.ann))
+			err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				if e.status("web") == annotations.TProxyStatusComplete {
+					t.Fatal("complete after failure")
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if e.tables() != tc.want {
+				t.Fatalf("tables\n%s", e.tables())
+			}
+		})
+	}
+}
+
+func TestAddFailsClosedOnBadAnnotation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		want []string
+	}{
+		{"missing config", map[string]string{annotations.KeyRedirectTrafficConfig: "-"}, []string{"pod default/web", "no " + annotations.KeyRedirectTrafficConfig + " annotation"}},
+		{"bad json", map[string]string{annotations.KeyRedirectTrafficConfig: "{foo}"}, []string{"pod default/web", "invalid JSON"}},
+		{"injection", map[string]string{annotations.KeyRedirectTrafficConfig: `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ExcludeOutboundPorts":["80\n-A OUTPUT -j ACCEPT"]}`},
+			[]string{"field ExcludeOutboundPorts[0]", `"80\n-A OUTPUT -j ACCEPT"`}},
+		{"missing uid", map[string]string{annotations.KeyRedirectTrafficConfig: `{"ProxyInboundPort":20000}`}, []string{"ProxyUserID is required to set up traffic redirection"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, injectedPod("web", tc.ann))
+			err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
+			if err == nil {
+				t.Fatal("ADD succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if e.tables() != emptyTables {
+				t.Fatal("rules applied")
+			}
+			if s := e.status("web"); s != annotations.TProxyStatusWaiting {
+				t.Fatalf("status %q, want waiting", s)
+			}
+			if e.stdout.Len() != 0 {
+				t.Fatalf("stdout written on failure: %s", e.stdout)
+			}
+		})
+	}
+}
+
+func TestAddRetriesTransientAPIErrors(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	gets, patches := 0, 0
+	e.client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		if gets <= 2 {
+			return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
+		}
+		return false, nil, nil
+	})
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		if patches == 1 {
+			return true, nil, apierrors.NewTooManyRequests("slow down", 0)
+		}
+		return false, nil, nil
+	})
+	if err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	if gets != 3 || patches != 3 || e.status("web") != annotations.TProxyStatusComplete {
+		t.Fatalf("gets %d patches %d status %s", gets, patches, e.status("web"))
+	}
+}
+
+func TestAddAPIErrorsFailClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		verb      string
+		err       error
+		attempts  int
+		want      string
+		wantRules bool
+	}{
+		{"get unavailable", "get", apierrors.NewServiceUnavailable("down"), apiAttempts, "after 5 attempt(s)", false},
+		{"get forbidden is not retried", "get", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web", errors.New("RBAC")), 1, "forbidden", false},
+		{"pod gone", "get", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web"), 1, "not found", false},
+		{"network", "patch", fmt.Errorf("dial tcp 10.0.0.1:443: connect: connection refused"), apiAttempts, "connection refused", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, injectedPod("web", nil))
+			n := 0
+			e.client.PrependReactor(tc.verb, "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				n++
+				return true, nil, tc.err
+			})
+			err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pod default/web") {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if n != tc.attempts {
+				t.Fatalf("%d attempts, want %d", n, tc.attempts)
+			}
+			if e.tables() != emptyTables {
+				t.Fatal("rules left")
+			}
+		})
+	}
+}
+
+func TestAddCompletePatchFailureRemovesRules(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	patches := 0
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		if patches > 1 {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
+		}
+		return false, nil, nil
+	})
+	err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
+	if err == nil || !strings.Contains(err.Error(), "rules applied but setting") || !strings.Contains(err.Error(), "etcd timeout") {
+		t.Fatalf("error %v", err)
+	}
+	if e.tables() != emptyTables {
+		t.Fatalf("rules left:\n%s", e.tables())
+	}
+	if e.status("web") == annotations.TProxyStatusComplete {
+		t.Fatal("complete")
+	}
+}
+
+func TestAddApplyFailureDoesNotComplete(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	e.fake.FailRestore = func(redirect.Family, []byte) error { return errors.New("iptables-restore: line 3 failed") }
+	err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
+	if err == nil || !strings.Contains(err.Error(), "applying the traffic redirection rules in /var/run/netns/test failed") || !strings.Contains(err.Error(), "line 3 failed") {
+		t.Fatalf("error %v", err)
+	}
+	if s := e.status("web"); s != annotations.TProxyStatusWaiting {
+		t.Fatalf("status %q", s)
+	}
+}
+
+func TestAddReplacedPod(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")+";K8S_POD_UID=old-uid"))
+	if err == nil || !strings.Contains(err.Error(), "different pod") {
+		t.Fatalf("error %v", err)
+	}
+	if len(e.fake.Calls) != 0 {
+		t.Fatal("rules applied")
+	}
+}
+
+func TestAddNomadPath(t *testing.T) {
+	e := newEnv(t)
+	cfg := `{"ConsulDNSIP":"","ConsulDNSPort":0,"ProxyUserID":"101","ProxyInboundPort":25000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["9000"],"ExcludeOutboundPorts":null,"ExcludeOutboundCIDRs":["10.1.0.0/16"],"ExcludeUIDs":null,"NetNS":"/var/run/docker/netns/x"}`
+	if err := e.p.Add(args(conflistEntry("1.0.0", ""), "IgnoreUnknown=1;CONSUL_IPTABLES_CONFIG="+cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if e.clients != 0 || len(e.client.Actions()) != 0 {
+		t.Fatal("Kubernetes API used on the Nomad path")
+	}
+	if e.tables() != expectedTable(t, cfg, false) {
+		t.Fatalf("rules\n%s", e.tables())
+	}
+	// An invalid Nomad config fails.
+	e2 := newEnv(t)
+	err := e2.p.Add(args(conflistEntry("1.0.0", ""), "CONSUL_IPTABLES_CONFIG={\"ProxyUserID\":\"x\",\"ProxyInboundPort\":1}"))
+	if err == nil || !strings.Contains(err.Error(), "CONSUL_IPTABLES_CONFIG") || !strings.Contains(err.Error(), "ProxyUserID") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestAddWithoutPodOrNomad(t *testing.T) {
+	e := newEnv(t)
+	err := e.p.Add(args(conflistEntry("1.0.0", ""), "IgnoreUnknown=1"))
+	if err == nil || !strings.Contains(err.Error(), "not running for a pod") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestAddPrevResult(t *testing.T) {
+	// Multus without prevResult: an empty result of the config's version.
+	e := newEnv(t, injectedPod("web", nil))
+	stdin := `{"cniVersion":"0.3.1","name":"n","type":"consul-cni","kubeconfig":"k","multus":true}`
+	if err := e.p.Add(args(stdin, podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(e.stdout.String()); !strings.Contains(got, `"cniVersion": "0.3.1"`) || strings.Contains(got, "ips") {
+		t.Fatalf("result %s", got)
+	}
+	if e.status("web") != annotations.TProxyStatusComplete {
+		t.Fatal("not applied in multus mode")
+	}
+	// A prevResult without IPs is refused, as upstream does.
+	e = newEnv(t, injectedPod("web", nil))
+	stdin = `{"cniVersion":"1.0.0","name":"n","type":"consul-cni","prevResult":{"cniVersion":"1.0.0","interfaces":[]}}`
+	if err := e.p.Add(args(stdin, podArgs("web"))); err == nil || !strings.Contains(err.Error(), "no container IPs") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	stdin := conflistEntry("1.0.0", "")
+	if err := e.p.Add(args(stdin, podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	n := len(e.client.Actions())
+	if err := e.p.Check(args(stdin, podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.verbs()[n:]; strings.Join(got, ",") != "get" {
+		t.Fatalf("CHECK made API calls %v", got)
+	}
+	if err := e.fake.Exec(redirect.IPv4, "*nat\n-D CONSUL_PROXY_OUTPUT -m owner --uid-owner 5996 -j RETURN\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err := e.p.Check(args(stdin, podArgs("web")))
+	if err == nil || !strings.Contains(err.Error(), "rule missing: -A CONSUL_PROXY_OUTPUT -m owner --uid-owner 5996 -j RETURN") {
+		t.Fatalf("error %v", err)
+	}
+	// A pod that is not ours always passes.
+	e2 := newEnv(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain"}})
+	if err := e2.p.Check(args(stdin, podArgs("plain"))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDel(t *testing.T) {
+	ns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(ns, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, injectedPod("web", nil))
+	a := args(conflistEntry("1.0.0", ""), podArgs("web"))
+	a.Netns = ns
+	if err := e.p.Add(a); err != nil {
+		t.Fatal(err)
+	}
+	n := len(e.client.Actions())
+	for i := 0; i < 2; i++ {
+		if err := e.p.Del(a); err != nil {
+			t.Fatalf("DEL #%d: %v", i+1, err)
+		}
+	}
+	if e.tables() != emptyTables {
+		t.Fatalf("rules left\n%s", e.tables())
+	}
+	if len(e.client.Actions()) != n {
+		t.Fatal("DEL used the API")
+	}
+	// Missing or empty netns, broken config: nothing to do, no error.
+	for _, tc := range []struct{ netns, stdin string }{
+		{"", conflistEntry("1.0.0", "")},
+		{filepath.Join(t.TempDir(), "gone"), conflistEntry("1.0.0", "")},
+		{"", `{not json`},
+	} {
+		b := args(tc.stdin, podArgs("web"))
+		b.Netns = tc.netns
+		if err := e.p.Del(b); err != nil {
+			t.Fatalf("DEL netns=%q: %v", tc.netns, err)
+		}
+	}
+}
+
+func TestStatusAndGC(t *testing.T) {
+	e := newEnv(t)
+	stdin := conflistEntry("1.1.0", "")
+	e.p.NewClient = func(c *Config) (kubernetes.Interface, string, error) { return NewKubeClient(c) }
+	err := e.p.Status(args(stdin, ""))
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrPluginNotAvailable {
+		t.Fatalf("status without kubeconfig: %v", err)
+	}
+	dir := t.TempDir()
+	writeKubeconfig(t, filepath.Join(dir, "kc"))
+	// The token the kubeconfig names is missing: not ready.
+	stdin = `{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc"}`
+	if err := e.p.Status(args(stdin, "")); !errors.As(err, &te) || !strings.Contains(te.Msg, "token") {
+		t.Fatalf("status with a missing token file: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0k3n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdin = `{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc"}`
+	// Ready unless this machine lacks the iptables tools.
+	if err := e.p.Status(args(stdin, "")); err != nil && (!errors.As(err, &te) || !strings.Contains(te.Msg, "iptables tools")) {
+		t.Fatalf("status with kubeconfig and token: %v", err)
+	}
+	if err := e.p.GC(args(stdin, "")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeKubeconfig(t *testing.T, path string) {
+	t.Helper()
+	kc := `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:1
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+users:
+- name: u
+  user:
+    tokenFile: token
+`
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLogFileAndLevel(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "cni.log")
+	e := newEnv(t, injectedPod("web", nil))
+	if err := e.p.Add(args(conflistEntry("1.0.0", `,"log_file":"`+log+`"`), podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil || !strings.Contains(string(b), "traffic redirection applied") || !strings.Contains(string(b), "pod=default/web") {
+		t.Fatalf("log file %q %v", b, err)
+	}
+	if e.stderr.Len() != 0 {
+		t.Fatalf("stderr used with log_file: %s", e.stderr)
+	}
+	e = newEnv(t, injectedPod("web", nil))
+	if err := e.p.Add(args(conflistEntry("1.0.0", `,"log_level":"error"`), podArgs("web"))); err != nil {
+		t.Fatal(err)
+	}
+	if e.stderr.Len() != 0 {
+		t.Fatalf("info logged at level error: %s", e.stderr)
+	}
+}

@@ -1,0 +1,71 @@
+package repair
+
+import "sync"
+
+// Breaker is the per-node circuit breaker. The race this controller repairs
+// only hits pods whose sandbox was created before the node's CNI became
+// ready; when pods created after that are broken too, the node's CNI is
+// misconfigured and deleting its pods would only loop (Linkerd's and
+// Istio's delete loops). The breaker is judged on the pods created after the
+// node became ready: it opens when at least MinPods of them are broken and
+// they are at least Threshold of them, and closes when that no longer holds
+// (for example after the CNI pod restarts with a fixed configuration, which
+// moves the node's ready time).
+type Breaker struct {
+	Threshold float64
+	MinPods   int
+
+	mu   sync.Mutex
+	open map[string]bool
+}
+
+// NewBreaker returns a closed breaker for every node.
+func NewBreaker(threshold float64, minPods int) *Breaker {
+	return &Breaker{Threshold: threshold, MinPods: minPods, open: map[string]bool{}}
+}
+
+// Trips reports whether broken out of total counted pods trips the breaker.
+func (b *Breaker) Trips(broken, total int) bool {
+	if total == 0 || broken < b.MinPods {
+		return false
+	}
+	return float64(broken) >= b.Threshold*float64(total)
+}
+
+// Update records the node's new counts; it returns the breaker state and
+// whether it changed.
+func (b *Breaker) Update(node string, broken, total int) (open, changed bool) {
+	open = b.Trips(broken, total)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	was := b.open[node]
+	if open {
+		b.open[node] = true
+	} else {
+		delete(b.open, node)
+	}
+	return open, open != was
+}
+
+// IsOpen reports the node's last state.
+func (b *Breaker) IsOpen(node string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open[node]
+}
+
+// OpenNodes counts nodes whose breaker is open.
+func (b *Breaker) OpenNodes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.open)
+}
+
+// Forget drops a deleted node.
+func (b *Breaker) Forget(node string) (wasOpen bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wasOpen = b.open[node]
+	delete(b.open, node)
+	return wasOpen
+}

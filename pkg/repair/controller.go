@@ -1,0 +1,551 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+)
+
+// Event reasons. They are constant so that Events can be selected by reason.
+const (
+	// EventBypassedCNI (Warning, pod): the pod was evicted, deleted or
+	// labelled because it runs outside the mesh.
+	EventBypassedCNI = "BypassedCNI"
+	// EventWouldRepair (Normal, pod): dry run, what would have been done.
+	EventWouldRepair = "WouldRepair"
+	// EventBarePodNotRepaired (Warning, pod): broken, but nothing would
+	// recreate it, so it is left alone.
+	EventBarePodNotRepaired = "BarePodNotRepaired"
+	// EventEvictionBlocked (Warning, pod): a PodDisruptionBudget refused the
+	// eviction; it is retried with back-off.
+	EventEvictionBlocked = "EvictionBlocked"
+	// EventRepairCircuitOpen (Warning, node) and EventRepairCircuitClosed
+	// (Normal, node): the circuit breaker stopped / resumed repairs there.
+	EventRepairCircuitOpen   = "RepairCircuitOpen"
+	EventRepairCircuitClosed = "RepairCircuitClosed"
+)
+
+// breakerRecheck is how often pods held by an open breaker are looked at again
+// even without any change (a safety net: changes requeue them at once).
+const breakerRecheck = time.Minute
+
+// Controller finds injected pods that bypassed the CNI plugin and gets them
+// recreated. It follows sample-controller: cheap handlers put pod keys on a
+// rate-limited workqueue; workers run sync, which only reads the informer
+// caches and makes at most one API call.
+type Controller struct {
+	cfg      Config
+	detector Detector
+	client   kubernetes.Interface
+	pods     corelisters.PodLister
+	podIndex cache.Indexer
+	nodes    corelisters.NodeLister
+	gate     Gate
+	recorder record.EventRecorder
+	metrics  *Metrics
+	limiter  *Limiter
+	breaker  *Breaker
+	queue    workqueue.TypedRateLimitingInterface[string]
+	synced   []cache.InformerSynced
+	now      func() time.Time
+
+	mu    sync.Mutex
+	state map[types.UID]*podState
+}
+
+// podState is what the controller remembers about a broken pod, by UID.
+type podState struct {
+	firstBroken time.Time
+	acted       bool
+	skip        string
+	blocked     bool
+}
+
+// NewController wires the repair controller to the shared informers.
+func NewController(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:      cfg,
+		detector: cfg.detector(),
+		client:   client,
+		pods:     corelisters.NewPodLister(inf.Pods.GetIndexer()),
+		podIndex: inf.Pods.GetIndexer(),
+		nodes:    corelisters.NewNodeLister(inf.Nodes.GetIndexer()),
+		recorder: recorder,
+		metrics:  metrics,
+		limiter:  NewLimiter(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
+		breaker:  NewBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods", MetricsProvider: metrics.Workqueue}),
+		synced: []cache.InformerSynced{inf.Pods.HasSynced, inf.Nodes.HasSynced},
+		now:    time.Now,
+		state:  map[types.UID]*podState{},
+	}
+	var cniIndex cache.Indexer
+	if inf.CNIPods != nil {
+		cniIndex = inf.CNIPods.GetIndexer()
+		c.synced = append(c.synced, inf.CNIPods.HasSynced)
+	}
+	if cfg.Gate == GateCNIPod && cniIndex == nil {
+		return nil, errors.New("cni-pod gate needs the CNI pod informer")
+	}
+	c.gate = NewGate(cfg.Gate, c.nodes, cniIndex, time.Now())
+	metrics.registerBreaker(c.breaker)
+	metrics.stateCollector.brokenCounts = c.brokenCounts
+	metrics.stateCollector.nodeCounts = c.nodeCounts
+
+	if _, err := inf.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueuePod,
+		UpdateFunc: func(_, obj interface{}) { c.enqueuePod(obj) },
+		DeleteFunc: c.podDeleted,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := inf.Nodes.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, initial bool) {
+			if n, ok := obj.(*corev1.Node); ok {
+				c.nodeChanged(n, initial)
+			}
+		},
+		UpdateFunc: func(old, obj interface{}) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := obj.(*corev1.Node)
+			if ok1 && ok2 && NodeLabelledReady(o) != NodeLabelledReady(n) {
+				c.nodeChanged(n, false)
+			}
+		},
+		DeleteFunc: c.nodeDeleted,
+	}); err != nil {
+		return nil, err
+	}
+	if inf.CNIPods != nil && cfg.Gate == GateCNIPod {
+		if _, err := inf.CNIPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.cniPodChanged,
+			UpdateFunc: func(_, obj interface{}) { c.cniPodChanged(obj) },
+			DeleteFunc: c.cniPodChanged,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run starts workers and blocks until ctx is done, then drains the queue.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting repair controller", "action", c.cfg.Action, "dryRun", c.cfg.DryRun, "gate", c.cfg.Gate, "workers", c.cfg.Workers)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		if ctx.Err() != nil {
+			return nil // shut down while waiting
+		}
+		return errors.New("repair: caches did not sync")
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < c.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.runWorker, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	logger.Info("Stopping repair controller")
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.sync(ctx, key)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	var retry *retryError
+	if errors.As(err, &retry) {
+		klog.FromContext(ctx).V(2).Info("Will retry", "pod", key, "why", err, "attempts", c.queue.NumRequeues(key)+1)
+	} else {
+		utilruntime.HandleErrorWithContext(ctx, err, "Repairing pod failed; will retry", "pod", key)
+	}
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+// retryError is an expected condition that only a later retry can clear (a
+// PodDisruptionBudget without budget).
+type retryError struct{ msg string }
+
+func (e *retryError) Error() string { return e.msg }
+
+func (c *Controller) enqueuePod(obj interface{}) {
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) podDeleted(obj interface{}) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		c.mu.Lock()
+		delete(c.state, pod.UID)
+		c.mu.Unlock()
+	}
+}
+
+// enqueueNode requeues every injected pod on node (the gate or the breaker
+// may have changed there).
+func (c *Controller) enqueueNode(node string) {
+	objs, err := c.podIndex.ByIndex(IndexByNode, node)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		c.enqueuePod(o)
+	}
+}
+
+func (c *Controller) nodeChanged(node *corev1.Node, initial bool) {
+	if g, ok := c.gate.(*nodeLabelGate); ok {
+		g.Observe(node, initial)
+	}
+	if !initial {
+		c.enqueueNode(node.Name)
+	}
+}
+
+func (c *Controller) nodeDeleted(obj interface{}) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	if g, ok := c.gate.(*nodeLabelGate); ok {
+		g.Forget(node.Name)
+	}
+	c.limiter.ForgetNode(node.Name)
+	c.breaker.Forget(node.Name)
+}
+
+func (c *Controller) cniPodChanged(obj interface{}) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+		c.enqueueNode(pod.Spec.NodeName)
+	}
+}
+
+// sync looks at one pod and acts on it when it is broken and every safety
+// check passes. It returns an error only when a retry may help.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Bad queue key", "key", key)
+		return nil
+	}
+	pod, err := c.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	v := c.detector.Detect(pod, now)
+	if !v.Broken {
+		c.mu.Lock()
+		delete(c.state, pod.UID)
+		c.mu.Unlock()
+		if !v.RecheckAt.IsZero() {
+			c.queue.AddAfter(key, v.RecheckAt.Sub(now))
+		}
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName, "reason", v.Reason)
+	st := c.podState(pod.UID, now)
+
+	if st.acted || (c.cfg.Action == ActionLabel && pod.Labels[annotations.LabelUninitialized] == annotations.LabelUninitializedValue) {
+		c.skip(st, SkipAlreadyActed)
+		return nil
+	}
+	if ControllerOf(pod) == nil && !c.cfg.AllowBarePods {
+		if c.skip(st, SkipBarePod) {
+			logger.Info("Broken bare pod left alone: nothing would recreate it", "detail", v.Detail)
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBarePodNotRepaired,
+				"Pod runs outside the mesh (%s) but has no controller to recreate it; recreate it yourself", v.Detail)
+		}
+		return nil
+	}
+	node := pod.Spec.NodeName
+	if node == "" {
+		return nil
+	}
+	open, since := c.gate.Open(node)
+	if !open {
+		if c.skip(st, SkipGateClosed) {
+			logger.V(1).Info("Broken pod waits: CNI not ready on its node", "gate", c.gate.Mode())
+		}
+		return nil
+	}
+	if c.cfg.Breaker && c.breakerOpen(ctx, node, since, now) {
+		c.skip(st, SkipBreakerOpen)
+		c.queue.AddAfter(key, breakerRecheck)
+		return nil
+	}
+	if ok, wait := c.limiter.Take(node, now); !ok {
+		c.skip(st, SkipRateLimited)
+		c.queue.AddAfter(key, wait)
+		return nil
+	}
+	return c.act(ctx, logger, pod, v, st)
+}
+
+func (c *Controller) podState(uid types.UID, now time.Time) *podState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.state[uid]
+	if !ok {
+		st = &podState{firstBroken: now}
+		c.state[uid] = st
+	}
+	return st
+}
+
+// skip counts a skip reason once per pod and reason change; it reports
+// whether it was counted.
+func (c *Controller) skip(st *podState, reason string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.skip == reason {
+		return false
+	}
+	st.skip = reason
+	c.metrics.Skipped.WithLabelValues(reason).Inc()
+	return true
+}
+
+// breakerOpen counts the injected pods on node whose sandbox was created
+// after the node's CNI became ready and updates the breaker.
+func (c *Controller) breakerOpen(ctx context.Context, node string, since, now time.Time) bool {
+	objs, err := c.podIndex.ByIndex(IndexByNode, node)
+	if err != nil {
+		return true
+	}
+	since = since.Truncate(time.Second) // API times have second precision
+	broken, total := 0, 0
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if !ok || !countedByBreaker(p) {
+			continue
+		}
+		t, ok := SandboxTime(p)
+		if !ok || t.Before(since) {
+			continue
+		}
+		total++
+		if c.detector.Detect(p, now).Broken {
+			broken++
+		}
+	}
+	open, changed := c.breaker.Update(node, broken, total)
+	if changed {
+		ref := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		if n, err := c.nodes.Get(node); err == nil {
+			ref = n
+		}
+		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total)
+		if open {
+			logger.Info("Circuit breaker open: pods created after the CNI became ready bypass it too; not repairing on this node")
+			c.recorder.Eventf(ref, corev1.EventTypeWarning, EventRepairCircuitOpen,
+				"%d of %d injected pods created since the CNI became ready on this node run outside the mesh: the CNI is misconfigured here, repairs stopped", broken, total)
+		} else {
+			logger.Info("Circuit breaker closed: repairs resume on this node")
+			c.recorder.Eventf(ref, corev1.EventTypeNormal, EventRepairCircuitClosed,
+				"Repairs resumed: %d of %d injected pods created since the CNI became ready run outside the mesh", broken, total)
+		}
+	}
+	return open
+}
+
+func countedByBreaker(p *corev1.Pod) bool {
+	if !annotations.IsRepairCandidate(p.Labels, p.Annotations) || p.DeletionTimestamp != nil || p.Spec.HostNetwork || IsMirrorPod(p) {
+		return false
+	}
+	s, _ := annotations.TProxyStatus(p.Annotations)
+	return s == annotations.TProxyStatusEnabled || s == annotations.TProxyStatusWaiting || annotations.IsComplete(s)
+}
+
+// act performs the configured action (or its dry run) once.
+func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Pod, v Verdict, st *podState) error {
+	action := string(c.cfg.Action)
+	owner := ControllerOf(pod)
+	ownerDesc := "no owner"
+	if owner != nil {
+		ownerDesc = owner.Kind + "/" + owner.Name
+	}
+	if c.cfg.DryRun {
+		c.markActed(st)
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), "true").Inc()
+		logger.Info("Dry run: would repair pod", "action", action, "detail", v.Detail)
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, EventWouldRepair,
+			"Dry run: would %s this pod (owner %s): it runs outside the mesh: %s", action, ownerDesc, v.Detail)
+		return nil
+	}
+	err := c.do(ctx, pod)
+	switch {
+	case err == nil:
+		c.markActed(st)
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), "false").Inc()
+		c.metrics.Latency.WithLabelValues(action).Observe(c.now().Sub(st.firstBroken).Seconds())
+		logger.Info("Repaired pod that bypassed the CNI plugin", "action", action, "owner", ownerDesc, "detail", v.Detail)
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBypassedCNI, "%s: pod runs outside the mesh (%s); %s",
+			actionVerb(c.cfg.Action), v.Detail, actionEffect(c.cfg.Action, ownerDesc))
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil // gone already
+	case apierrors.IsConflict(err):
+		// UID/resourceVersion precondition failed: the pod changed or
+		// was replaced; its update event brings it back.
+		logger.V(2).Info("Pod changed before the action; re-examining", "err", err)
+		return nil
+	case c.cfg.Action == ActionEvict && apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultPDBBlocked, string(v.Reason), "false").Inc()
+		c.mu.Lock()
+		first := !st.blocked
+		st.blocked = true
+		c.mu.Unlock()
+		if first {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, EventEvictionBlocked,
+				"Pod runs outside the mesh (%s) but a PodDisruptionBudget forbids its eviction now; retrying with back-off", v.Detail)
+		}
+		return &retryError{msg: "eviction blocked by a PodDisruptionBudget"}
+	default:
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultFailure, string(v.Reason), "false").Inc()
+		return fmt.Errorf("%s pod %s/%s: %w", action, pod.Namespace, pod.Name, err)
+	}
+}
+
+func (c *Controller) markActed(st *podState) {
+	c.mu.Lock()
+	st.acted = true
+	c.mu.Unlock()
+}
+
+func actionVerb(a Action) string {
+	switch a {
+	case ActionDelete:
+		return "Deleted"
+	case ActionLabel:
+		return "Labelled"
+	}
+	return "Evicted"
+}
+
+func actionEffect(a Action, owner string) string {
+	if a == ActionLabel {
+		return "labelled " + annotations.LabelUninitialized + "=" + annotations.LabelUninitializedValue + " for its owner to handle"
+	}
+	return "its owner " + owner + " recreates it with a new sandbox"
+}
+
+// do makes the single API call of the action, with preconditions on the
+// pod's UID and resourceVersion so a replaced or changed pod is never hit.
+func (c *Controller) do(ctx context.Context, pod *corev1.Pod) error {
+	pre := &metav1.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
+	switch c.cfg.Action {
+	case ActionDelete:
+		return c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
+	case ActionLabel:
+		patch := `[{"op":"test","path":"/metadata/uid","value":` + strconv.Quote(string(pod.UID)) + `},`
+		if pod.Labels == nil {
+			patch += `{"op":"add","path":"/metadata/labels","value":{}},`
+		}
+		patch += `{"op":"add","path":"/metadata/labels/` + jsonPointerEscape(annotations.LabelUninitialized) + `","value":` + strconv.Quote(annotations.LabelUninitializedValue) + `}]`
+		_, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsInvalid(err) {
+			// The test op failed: the pod was replaced.
+			return apierrors.NewConflict(corev1.Resource("pods"), pod.Name, err)
+		}
+		return err
+	default:
+		return c.client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: pre},
+		})
+	}
+}
+
+// brokenCounts counts the cached pods detected broken, by reason (metrics).
+func (c *Controller) brokenCounts() map[Reason]int {
+	out := map[Reason]int{}
+	now := c.now()
+	for _, o := range c.podIndex.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			if v := c.detector.Detect(p, now); v.Broken {
+				out[v.Reason]++
+			}
+		}
+	}
+	return out
+}
+
+// nodeCounts counts nodes by the gate's view of their CNI readiness.
+func (c *Controller) nodeCounts() (ready, notReady int) {
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return 0, 0
+	}
+	for _, n := range nodes {
+		open := NodeLabelledReady(n)
+		if c.cfg.Gate == GateCNIPod {
+			open, _ = c.gate.Open(n.Name)
+		}
+		if open {
+			ready++
+		} else {
+			notReady++
+		}
+	}
+	return ready, notReady
+}

@@ -1,0 +1,710 @@
+package repair
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+)
+
+// harness is a controller over a fake clientset whose informer caches are
+// filled by hand (through the same transforms), so sync runs synchronously.
+type harness struct {
+	t        *testing.T
+	client   *fake.Clientset
+	inf      *Informers
+	c        *Controller
+	recorder *record.FakeRecorder
+	metrics  *Metrics
+	now      time.Time
+}
+
+func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *harness {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.MaxRepairsPerMinute = 6000
+	cfg.MaxRepairsPerNodePerMinute = 6000
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	client := fake.NewClientset(objs...)
+	inf, err := NewInformers(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(100), metrics: NewMetrics(), now: t0}
+	h.c, err = NewController(cfg, client, inf, h.recorder, h.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c.now = func() time.Time { return h.now }
+	t.Cleanup(h.c.queue.ShutDown)
+	return h
+}
+
+func readyNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1",
+		Labels: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}}}
+}
+
+// addPod puts pod in the fake API and the cache (slimmed).
+func (h *harness) addPod(p *corev1.Pod) string {
+	h.t.Helper()
+	if _, err := h.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	s, _ := SlimInjectedPod(p.DeepCopy())
+	if err := h.inf.Pods.GetIndexer().Add(s); err != nil {
+		h.t.Fatal(err)
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+func (h *harness) addNode(n *corev1.Node) {
+	h.t.Helper()
+	s, _ := SlimNode(n.DeepCopy())
+	if err := h.inf.Nodes.GetIndexer().Add(s); err != nil {
+		h.t.Fatal(err)
+	}
+	if g, ok := h.c.gate.(*nodeLabelGate); ok {
+		g.Observe(s.(*corev1.Node), true)
+	}
+}
+
+func (h *harness) sync(key string) error {
+	h.t.Helper()
+	return h.c.sync(context.Background(), key)
+}
+
+// mutations returns the API calls that change something (not get/list/watch).
+func (h *harness) mutations() []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range h.client.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		if a.GetVerb() == "create" && a.GetSubresource() == "" && a.GetResource().Resource == "pods" {
+			continue // the test's own setup
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func (h *harness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func brokenB(opts ...podOpt) *corev1.Pod {
+	base := []podOpt{sandboxAt(-10 * time.Second), initStatus(corev1.ContainerStatus{
+		Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, -10*time.Second, -5*time.Second)},
+	})}
+	return mkPod(append(base, opts...)...)
+}
+
+func repaired(m *Metrics, action, result string, reason Reason, dry string) float64 {
+	return testutil.ToFloat64(m.Repaired.WithLabelValues("app", action, result, string(reason), dry))
+}
+
+func skipped(m *Metrics, reason string) float64 {
+	return testutil.ToFloat64(m.Skipped.WithLabelValues(reason))
+}
+
+func TestEvictBrokenPodOnceWithPreconditions(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	p := brokenB()
+	key := h.addPod(p)
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	muts := h.mutations()
+	if len(muts) != 1 {
+		t.Fatalf("want 1 eviction, got %v", muts)
+	}
+	a := muts[0].(k8stesting.CreateAction)
+	if a.GetSubresource() != "eviction" {
+		t.Fatalf("want an eviction, got %v", a)
+	}
+	ev := a.GetObject().(*policyv1.Eviction)
+	pre := ev.DeleteOptions.Preconditions
+	if ev.Name != p.Name || pre == nil || *pre.UID != p.UID || *pre.ResourceVersion != p.ResourceVersion {
+		t.Fatalf("eviction without UID/resourceVersion preconditions: %+v", ev)
+	}
+	evs := h.events()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventBypassedCNI+" ") || !strings.Contains(evs[0], "exited with code 88") {
+		t.Fatalf("events: %q", evs)
+	}
+	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonInitCheckFailed, "false"); got != 1 {
+		t.Fatalf("repaired_total = %v", got)
+	}
+	if got := testutil.CollectAndCount(h.metrics.Latency); got != 1 {
+		t.Fatalf("latency series = %d", got)
+	}
+
+	// At most once per UID: later updates of the same pod do nothing.
+	for i := 0; i < 3; i++ {
+		if err := h.sync(key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 1 {
+		t.Fatalf("acted again: %d mutations", n)
+	}
+	if got := skipped(h.metrics, SkipAlreadyActed); got != 1 {
+		t.Fatalf("skipped already_acted = %v, want 1 (counted once)", got)
+	}
+}
+
+func TestDeleteUsesPreconditions(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Action = ActionDelete })
+	h.addNode(readyNode("n1"))
+	p := brokenB()
+	if err := h.sync(h.addPod(p)); err != nil {
+		t.Fatal(err)
+	}
+	muts := h.mutations()
+	if len(muts) != 1 || muts[0].GetVerb() != "delete" {
+		t.Fatalf("want one delete, got %v", muts)
+	}
+	opts := muts[0].(k8stesting.DeleteActionImpl).DeleteOptions
+	if opts.Preconditions == nil || *opts.Preconditions.UID != p.UID || *opts.Preconditions.ResourceVersion != "100" {
+		t.Fatalf("delete without preconditions: %+v", opts)
+	}
+	if _, err := h.client.CoreV1().Pods("app").Get(context.Background(), p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod not deleted: %v", err)
+	}
+}
+
+func TestLabelActionPatchesOnlyTheLabel(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h.addNode(readyNode("n1"))
+	p := brokenB()
+	key := h.addPod(p)
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	muts := h.mutations()
+	if len(muts) != 1 || muts[0].GetVerb() != "patch" {
+		t.Fatalf("want one patch, got %v", muts)
+	}
+	patch := string(muts[0].(k8stesting.PatchAction).GetPatch())
+	if !strings.Contains(patch, `"op":"test","path":"/metadata/uid"`) {
+		t.Errorf("patch does not test the UID: %s", patch)
+	}
+	got, err := h.client.CoreV1().Pods("app").Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[annotations.LabelUninitialized] != "true" || got.Labels["app"] != "web" {
+		t.Fatalf("labels after patch: %v", got.Labels)
+	}
+	// A new leader (fresh state) sees the label and does not act again.
+	h2 := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h2.addNode(readyNode("n1"))
+	if err := h2.sync(h2.addPod(got)); err != nil {
+		t.Fatal(err)
+	}
+	if m := h2.mutations(); len(m) != 0 {
+		t.Fatalf("labelled pod acted on again: %v", m)
+	}
+}
+
+func TestDryRunMutatesNothing(t *testing.T) {
+	for _, action := range []Action{ActionEvict, ActionDelete, ActionLabel} {
+		t.Run(string(action), func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Action = action; c.DryRun = true })
+			h.addNode(readyNode("n1"))
+			key := h.addPod(brokenB())
+			for i := 0; i < 2; i++ {
+				if err := h.sync(key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if m := h.mutations(); len(m) != 0 {
+				t.Fatalf("dry run mutated: %v", m)
+			}
+			evs := h.events()
+			if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventWouldRepair+" ") || !strings.Contains(evs[0], "would "+string(action)) {
+				t.Fatalf("events: %q", evs)
+			}
+			if got := repaired(h.metrics, string(action), ResultSuccess, ReasonInitCheckFailed, "true"); got != 1 {
+				t.Fatalf("dry_run counter = %v", got)
+			}
+			if got := repaired(h.metrics, string(action), ResultSuccess, ReasonInitCheckFailed, "false"); got != 0 {
+				t.Fatalf("real counter = %v", got)
+			}
+		})
+	}
+}
+
+func TestBarePodsAreLeftAloneUnlessAllowed(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	key := h.addPod(brokenB(bare()))
+	for i := 0; i < 2; i++ {
+		if err := h.sync(key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := h.mutations(); len(m) != 0 {
+		t.Fatalf("bare pod acted on: %v", m)
+	}
+	evs := h.events()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventBarePodNotRepaired) {
+		t.Fatalf("events: %q", evs)
+	}
+	if got := skipped(h.metrics, SkipBarePod); got != 1 {
+		t.Fatalf("skipped bare_pod = %v", got)
+	}
+
+	h = newHarness(t, func(c *Config) { c.AllowBarePods = true })
+	h.addNode(readyNode("n1"))
+	if err := h.sync(h.addPod(brokenB(bare()))); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.mutations(); len(m) != 1 {
+		t.Fatalf("--allow-bare-pods: want an eviction, got %v", m)
+	}
+}
+
+func TestNeverTouched(t *testing.T) {
+	ts := at(-time.Second)
+	for name, p := range map[string]*corev1.Pod{
+		"terminating": brokenB(func(p *corev1.Pod) { p.DeletionTimestamp = &ts }),
+		"mirror":      brokenB(withAnnotation(MirrorPodAnnotation, "x")),
+		"complete":    brokenB(withStatus("complete")),
+		"young A":     mkPod(sandboxAt(-time.Second)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.AllowBarePods = true })
+			h.addNode(readyNode("n1"))
+			if err := h.sync(h.addPod(p)); err != nil {
+				t.Fatal(err)
+			}
+			if m := h.mutations(); len(m) != 0 {
+				t.Fatalf("acted: %v", m)
+			}
+		})
+	}
+}
+
+func TestSignalAFiresAfterMinAge(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	key := h.addPod(mkPod(sandboxAt(-10 * time.Second)))
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.mutations(); len(m) != 0 {
+		t.Fatalf("acted before min age: %v", m)
+	}
+	h.now = t0.Add(21 * time.Second)
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.mutations(); len(m) != 1 {
+		t.Fatalf("want an eviction after min age, got %v", m)
+	}
+	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonTProxyStatusStuck, "false"); got != 1 {
+		t.Fatalf("counter = %v", got)
+	}
+}
+
+func cniPod(node string, ready bool, since time.Duration) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni-" + node, Namespace: DefaultCNINamespace, UID: types.UID("cni-uid-" + node),
+			Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: at(since)}}},
+	}
+}
+
+func TestGate(t *testing.T) {
+	unlabelled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	cases := []struct {
+		name   string
+		mode   GateMode
+		node   *corev1.Node
+		cni    *corev1.Pod
+		action bool
+	}{
+		{"node-label: labelled", GateNodeLabel, readyNode("n1"), nil, true},
+		{"node-label: unlabelled", GateNodeLabel, unlabelled, cniPod("n1", true, -time.Hour), false},
+		{"node-label: node unknown", GateNodeLabel, nil, nil, false},
+		{"cni-pod: Ready", GateCNIPod, unlabelled, cniPod("n1", true, -time.Hour), true},
+		{"cni-pod: not Ready", GateCNIPod, readyNode("n1"), cniPod("n1", false, -time.Hour), false},
+		{"cni-pod: on another node", GateCNIPod, readyNode("n1"), cniPod("n2", true, -time.Hour), false},
+		{"cni-pod: none", GateCNIPod, readyNode("n1"), nil, false},
+		{"none", GateNone, unlabelled, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Gate = tc.mode })
+			if tc.node != nil {
+				h.addNode(tc.node)
+			}
+			if tc.cni != nil {
+				s, _ := SlimCNIPod(tc.cni)
+				if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := h.sync(h.addPod(brokenB())); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(h.mutations()) == 1; got != tc.action {
+				t.Fatalf("acted = %v, want %v", got, tc.action)
+			}
+			if !tc.action && skipped(h.metrics, SkipGateClosed) != 1 {
+				t.Fatalf("gate_closed not counted")
+			}
+		})
+	}
+}
+
+func TestPDBBlockedEvictionRetriesWithBackoff(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.BackoffBase = time.Millisecond; c.BackoffMax = 10 * time.Millisecond })
+	h.addNode(readyNode("n1"))
+	blocked := true
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" || !blocked {
+			return false, nil, nil
+		}
+		err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web needs 1 healthy pods and has 1 currently"})
+		return true, nil, err
+	})
+	key := h.addPod(brokenB())
+	for i := 0; i < 3; i++ {
+		err := h.sync(key)
+		var re *retryError
+		if err == nil || !asRetry(err, &re) {
+			t.Fatalf("attempt %d: want a retry error, got %v", i, err)
+		}
+	}
+	if got := repaired(h.metrics, "evict", ResultPDBBlocked, ReasonInitCheckFailed, "false"); got != 3 {
+		t.Fatalf("pdb_blocked = %v", got)
+	}
+	if evs := h.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventEvictionBlocked) {
+		t.Fatalf("events: %q (want one EvictionBlocked)", evs)
+	}
+	// processNext puts a failing key back with per-pod exponential back-off.
+	h.c.queue.Add(key)
+	h.c.processNext(context.Background())
+	if n := h.c.queue.NumRequeues(key); n != 1 {
+		t.Fatalf("requeues = %d, want 1", n)
+	}
+	blocked = false
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonInitCheckFailed, "false"); got != 1 {
+		t.Fatalf("success after budget = %v", got)
+	}
+}
+
+func asRetry(err error, target **retryError) bool {
+	r, ok := err.(*retryError)
+	if ok {
+		*target = r
+	}
+	return ok
+}
+
+func TestConflictAndOtherErrors(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	var next error
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		return true, nil, next
+	})
+	key := h.addPod(brokenB())
+	// Precondition failed: the pod changed; no error (its update requeues it), not acted.
+	next = apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "x", nil)
+	if err := h.sync(key); err != nil {
+		t.Fatalf("conflict: %v", err)
+	}
+	// A server error is a failure and is retried.
+	next = apierrors.NewInternalError(errTest)
+	if err := h.sync(key); err == nil {
+		t.Fatal("internal error: want an error to retry")
+	}
+	if got := repaired(h.metrics, "evict", ResultFailure, ReasonInitCheckFailed, "false"); got != 1 {
+		t.Fatalf("failure = %v", got)
+	}
+	// Throttling 429 without a disruption-budget cause is a failure, not pdb_blocked.
+	next = apierrors.NewTooManyRequests("slow down", 1)
+	if err := h.sync(key); err == nil {
+		t.Fatal("429: want an error")
+	}
+	if got := repaired(h.metrics, "evict", ResultPDBBlocked, ReasonInitCheckFailed, "false"); got != 0 {
+		t.Fatalf("throttling counted as pdb_blocked")
+	}
+	next = nil
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonInitCheckFailed, "false"); got != 1 {
+		t.Fatalf("success = %v", got)
+	}
+}
+
+var errTest = &testErr{}
+
+type testErr struct{}
+
+func (*testErr) Error() string { return "boom" }
+
+func TestControllerRateLimit(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxRepairsPerMinute = 1; c.MaxRepairsPerNodePerMinute = 60 })
+	h.addNode(readyNode("n1"))
+	k1 := h.addPod(brokenB())
+	k2 := h.addPod(brokenB())
+	for _, k := range []string{k1, k2} {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 1 {
+		t.Fatalf("global limit 1/min: %d actions", n)
+	}
+	if got := skipped(h.metrics, SkipRateLimited); got != 1 {
+		t.Fatalf("rate_limited = %v", got)
+	}
+	h.now = h.now.Add(61 * time.Second)
+	if err := h.sync(k2); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.mutations()); n != 2 {
+		t.Fatalf("after a minute: %d actions", n)
+	}
+}
+
+func TestLimiter(t *testing.T) {
+	l := NewLimiter(60, 10) // global burst 6, per-node burst 1
+	now := t0
+	for i := 0; i < 6; i++ {
+		if ok, _ := l.Take("n"+string(rune('a'+i)), now); !ok {
+			t.Fatalf("take %d refused", i)
+		}
+	}
+	ok, wait := l.Take("ng", now)
+	if ok || wait <= 0 || wait > time.Second {
+		t.Fatalf("7th take: ok=%v wait=%v (want refused, ~1s)", ok, wait)
+	}
+	now = now.Add(time.Second)
+	if ok, _ := l.Take("ng", now); !ok {
+		t.Fatal("refill refused")
+	}
+	// Per node: na used its single token; it refills at 10/min (6 s).
+	ok, wait = l.Take("na", now)
+	if ok || wait < 4*time.Second || wait > 6*time.Second {
+		t.Fatalf("per-node: ok=%v wait=%v", ok, wait)
+	}
+	// A refused per-node take does not consume a global token.
+	now = now.Add(time.Second)
+	if ok, _ := l.Take("nh", now); !ok {
+		t.Fatal("global token lost to a per-node refusal")
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	b := NewBreaker(0.5, 3)
+	for _, tc := range []struct {
+		broken, total int
+		open          bool
+	}{{0, 0, false}, {2, 2, false}, {3, 3, true}, {3, 6, true}, {3, 7, false}, {10, 100, false}, {50, 100, true}} {
+		if got := b.Trips(tc.broken, tc.total); got != tc.open {
+			t.Errorf("Trips(%d, %d) = %v", tc.broken, tc.total, got)
+		}
+	}
+	if open, changed := b.Update("n", 3, 3); !open || !changed || b.OpenNodes() != 1 {
+		t.Fatal("did not open")
+	}
+	if open, changed := b.Update("n", 4, 4); !open || changed {
+		t.Fatal("changed while open")
+	}
+	if open, changed := b.Update("n", 0, 4); open || !changed || b.OpenNodes() != 0 {
+		t.Fatal("did not close")
+	}
+}
+
+// The race (pods whose sandbox predates the node's CNI readiness) does not
+// trip the breaker; pods created after it that break too do.
+func TestControllerBreaker(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	h.addNode(node)
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute)) // CNI ready since t0-1m
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	brokenAt := func(d time.Duration) *corev1.Pod {
+		return mkPod(sandboxAt(d), initStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, d, d+time.Second)},
+		}))
+	}
+	// The race: 4 pods whose sandbox is older than the CNI's readiness.
+	var keys []string
+	for i := 0; i < 4; i++ {
+		keys = append(keys, h.addPod(brokenAt(-5*time.Minute)))
+	}
+	for _, k := range keys {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 4 {
+		t.Fatalf("race pods: %d actions, want 4", n)
+	}
+	// Misconfiguration: pods created after readiness break too.
+	keys = nil
+	for i := 0; i < 3; i++ {
+		keys = append(keys, h.addPod(brokenAt(-30*time.Second)))
+	}
+	h.addPod(mkPod(withStatus("complete"), sandboxAt(-20*time.Second)))
+	for _, k := range keys {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 4 {
+		t.Fatalf("breaker did not stop actions: %d", n)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+		t.Fatalf("open nodes gauge = %v", got)
+	}
+	if got := skipped(h.metrics, SkipBreakerOpen); got != 3 {
+		t.Fatalf("breaker_open = %v", got)
+	}
+	var opened int
+	for _, e := range h.events() {
+		if strings.HasPrefix(e, "Warning "+EventRepairCircuitOpen) {
+			opened++
+		}
+	}
+	if opened != 1 {
+		t.Fatalf("want one RepairCircuitOpen node event, got %d", opened)
+	}
+	// The CNI pod restarts with a fixed configuration: its readiness is
+	// newer than those pods, the breaker closes and they are repaired.
+	s, _ = SlimCNIPod(cniPod("n1", true, -time.Second))
+	if err := h.inf.CNIPods.GetIndexer().Update(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 7 {
+		t.Fatalf("after fix: %d actions, want 7", n)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 0 {
+		t.Fatalf("open nodes gauge = %v", got)
+	}
+}
+
+func TestStateMetrics(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+	h.addPod(brokenB())
+	h.addPod(mkPod(sandboxAt(-time.Hour)))
+	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour)))
+	const want = `
+# HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin.
+# TYPE consul_cni_repair_broken_pods gauge
+consul_cni_repair_broken_pods{reason="init_check_failed"} 1
+consul_cni_repair_broken_pods{reason="tproxy_status_stuck"} 1
+# HELP consul_cni_repair_nodes Nodes by CNI readiness as the configured gate sees it.
+# TYPE consul_cni_repair_nodes gauge
+consul_cni_repair_nodes{cni_ready="false"} 1
+consul_cni_repair_nodes{cni_ready="true"} 1
+`
+	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), MetricsPrefix+"broken_pods", MetricsPrefix+"nodes"); err != nil {
+		t.Fatal(err)
+	}
+	// Every documented metric name is registered.
+	names := map[string]bool{}
+	mfs, err := h.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	h.metrics.Repaired.WithLabelValues("a", "evict", "success", "x", "false")
+	h.metrics.Skipped.WithLabelValues("x")
+	h.metrics.Latency.WithLabelValues("evict")
+	h.metrics.NodeReadinessChanges.WithLabelValues("label_added", "success")
+	mfs, _ = h.metrics.Registry.Gather()
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"pods_repaired_total", "broken_pods", "skipped_total", "detection_to_action_seconds", "circuit_breaker_open_nodes",
+		"nodes", "node_readiness_changes_total", "leader", "build_info"} {
+		if !names[MetricsPrefix+n] {
+			t.Errorf("metric %s%s not registered", MetricsPrefix, n)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, mut := range map[string]func(*Config){
+		"action":        func(c *Config) { c.Action = "kill" },
+		"gate":          func(c *Config) { c.Gate = "maybe" },
+		"exit code":     func(c *Config) { c.InitExitCode = 0 },
+		"rate":          func(c *Config) { c.MaxRepairsPerMinute = 0 },
+		"threshold":     func(c *Config) { c.BreakerThreshold = 1.5 },
+		"init name":     func(c *Config) { c.InitContainerNames = []string{"Bad_Name"} },
+		"selector":      func(c *Config) { c.InjectedPodSelector = "a in (" },
+		"cni selector":  func(c *Config) { c.CNIPodSelector = "" },
+		"taint key":     func(c *Config) { c.StartupTaintKey = "" },
+		"taint effect":  func(c *Config) { c.StartupTaintEffect = "Sometimes" },
+		"backoff order": func(c *Config) { c.BackoffMax = time.Millisecond },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: error does not name the flag: %v", name, err)
+		}
+	}
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}

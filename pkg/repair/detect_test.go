@@ -1,0 +1,189 @@
+package repair
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+)
+
+func TestDetectMatrix(t *testing.T) {
+	d := Detector{InitContainerNames: DefaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second}
+	now := t0
+	yes := true
+	// A check init container that failed 5 s ago, its sandbox 10 s old:
+	// too young for signal A, so only signal B can make such a pod broken.
+	failedCheck := func(name string) podOpt {
+		return initStatus(corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: terminated(88, -10*time.Second, -5*time.Second)}})
+	}
+	young := sandboxAt(-10 * time.Second)
+	crashLoop := func(name string, last int32) podOpt {
+		return initStatus(corev1.ContainerStatus{
+			Name:                 name,
+			RestartCount:         3,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "Back-off 5m0s"}},
+			LastTerminationState: corev1.ContainerState{Terminated: terminated(last, -10*time.Second, -5*time.Second)},
+		})
+	}
+
+	tests := []struct {
+		name   string
+		pod    *corev1.Pod
+		broken bool
+		reason Reason
+		since  time.Time
+		// recheck: signal A will fire later without any change
+		recheck time.Time
+		// code overrides the configured exit code
+		code int32
+	}{
+		// --- never broken ---
+		{name: "not injected", pod: mkPod(withoutLabel(annotations.KeyInjectStatus), withoutAnnotation(annotations.KeyInjectStatus), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
+		{name: "injected, transparent proxy off (no status annotation)", pod: mkPod(withoutAnnotation(annotations.KeyTransparentProxyStatus), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
+		{name: "status complete, even with a failed check", pod: mkPod(withStatus("complete"), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
+		{name: "status completed (accepted spelling)", pod: mkPod(withStatus("completed"), sandboxAt(-time.Hour))},
+		{name: "unknown status value", pod: mkPod(withStatus("disabled"), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
+		{name: "being deleted", pod: mkPod(sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName), func(p *corev1.Pod) { ts := at(-time.Second); p.DeletionTimestamp = &ts })},
+		{name: "mirror pod (annotation)", pod: mkPod(withAnnotation(MirrorPodAnnotation, "abc"), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
+		{name: "static pod owned by its Node", pod: mkPod(sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName), func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", Controller: &yes}}
+		})},
+		{name: "host network (CNI never called)", pod: mkPod(sandboxAt(-time.Hour), func(p *corev1.Pod) { p.Spec.HostNetwork = true })},
+		{name: "A: no sandbox yet (Pending, no IP, nothing started)", pod: mkPod()},
+		{name: "A: sandbox younger than min age", pod: mkPod(sandboxAt(-10 * time.Second)), recheck: t0.Add(20 * time.Second)},
+		{name: "A: pod IP only, start time 10s ago", pod: mkPod(func(p *corev1.Pod) {
+			p.Status.PodIP = "10.0.0.9"
+			st := at(-10 * time.Second)
+			p.Status.StartTime = &st
+		}), recheck: t0.Add(20 * time.Second)},
+		{name: "B: other exit code", pod: mkPod(young, initStatus(corev1.ContainerStatus{Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(1, -10*time.Second, -5*time.Second)}})), recheck: t0.Add(20 * time.Second)},
+		{name: "B: exit 88 from a container with another name", pod: mkPod(young, failedCheck("istio-validation")), recheck: t0.Add(20 * time.Second)},
+		{name: "B: name prefix without dash does not match", pod: mkPod(young, failedCheck(annotations.InitContainerName+"x")), recheck: t0.Add(20 * time.Second)},
+		{name: "B: check succeeded after an earlier failure", pod: mkPod(young, initStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, RestartCount: 1,
+			State:                corev1.ContainerState{Terminated: terminated(0, -4*time.Second, -3*time.Second)},
+			LastTerminationState: corev1.ContainerState{Terminated: terminated(88, -10*time.Second, -5*time.Second)},
+		})), recheck: t0.Add(20 * time.Second)},
+
+		// Istio's detectPod validation cases, mapped to ours (126 -> 88,
+		// istio-validation -> consul-connect-inject-init, sidecar.istio.io/status -> injected+tproxy).
+		{name: "istio: OK pod (check passed)", pod: mkPod(withStatus("complete"), sandboxAt(-time.Hour), initStatus(corev1.ContainerStatus{Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(0, -time.Hour, -time.Hour)}}))},
+		{name: "istio: working pod that previously died", pod: mkPod(withStatus("complete"), sandboxAt(-time.Hour), initStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(0, -time.Hour, -time.Hour)},
+			LastTerminationState: corev1.ContainerState{Terminated: terminated(88, -2*time.Hour, -2*time.Hour)},
+		}))},
+		{name: "istio: broken pod in waiting state", pod: mkPod(young, crashLoop(annotations.InitContainerName, 88)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "istio: broken pod, check terminated now", pod: mkPod(young, failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "istio: broken pod with wrong exit code (55 configured)", code: 55, pod: mkPod(young, crashLoop(annotations.InitContainerName, 88)), recheck: t0.Add(20 * time.Second)},
+		{name: "istio: broken pod with no sidecar annotation", pod: mkPod(withoutAnnotation(annotations.KeyInjectStatus), withoutLabel(annotations.KeyInjectStatus), young, crashLoop(annotations.InitContainerName, 88))},
+		{name: "istio: termination code 121", pod: mkPod(young, crashLoop(annotations.InitContainerName, 121)), recheck: t0.Add(20 * time.Second)},
+		{name: "istio: badly formatted pod (empty init status)", pod: mkPod(initStatus(corev1.ContainerStatus{}))},
+
+		// --- broken: signal B ---
+		{name: "B: restartPolicy Never, first failure only in State", pod: mkPod(restartNever(), young, failedCheck(annotations.InitContainerName), func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: running again after a failure", pod: mkPod(young, initStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, RestartCount: 1,
+			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(-time.Second)}},
+			LastTerminationState: corev1.ContainerState{Terminated: terminated(88, -10*time.Second, -5*time.Second)},
+		})), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: multi-port consul-connect-inject-init-<service>", pod: mkPod(young, failedCheck(annotations.InitContainerName+"-web")), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: consul-cni-check-<service>", pod: mkPod(young, failedCheck(annotations.CheckContainerName+"-api")), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: status waiting", pod: mkPod(withStatus("waiting"), young, failedCheck(annotations.CheckContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: injected by annotation only (no label)", pod: mkPod(withoutLabel(annotations.KeyInjectStatus), young, failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: mesh-inject-status", pod: mkPod(withoutLabel(annotations.KeyInjectStatus), withoutAnnotation(annotations.KeyInjectStatus), withAnnotation(annotations.KeyMeshInjectStatus, "injected"), young, failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B wins over A", pod: mkPod(sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+		{name: "B: bare pods are detected too (the action decides)", pod: mkPod(bare(), young, failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
+
+		// --- broken: signal A ---
+		{name: "A: enabled, sandbox ready 31s ago", pod: mkPod(sandboxAt(-31 * time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-time.Second)},
+		{name: "A: waiting, sandbox exactly min age", pod: mkPod(withStatus("waiting"), sandboxAt(-30*time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0},
+		{name: "A: pod IP only, start time 1m ago", pod: mkPod(func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.9"; st := at(-time.Minute); p.Status.StartTime = &st }), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-30 * time.Second)},
+		{name: "A: a container running for 1m, no condition", pod: mkPod(func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(-time.Minute)}}}}
+		}), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-30 * time.Second)},
+		{name: "A: check crash-looping with another code, old sandbox", pod: mkPod(sandboxAt(-time.Hour), crashLoop(annotations.InitContainerName, 1)), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-time.Hour + 30*time.Second)},
+		{name: "A: restartPolicy Never pod whose check never ran but sandbox is old", pod: mkPod(restartNever(), sandboxAt(-time.Minute)), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-30 * time.Second)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Detection must give the same answer on the slimmed object
+			// the informer caches.
+			slim, _ := SlimInjectedPod(tc.pod)
+			d := d
+			if tc.code != 0 {
+				d.InitExitCode = tc.code
+			}
+			for _, p := range []*corev1.Pod{tc.pod, slim.(*corev1.Pod)} {
+				v := d.Detect(p, now)
+				if v.Broken != tc.broken {
+					t.Fatalf("broken = %v, want %v (verdict %+v)", v.Broken, tc.broken, v)
+				}
+				if v.Broken {
+					if v.Reason != tc.reason {
+						t.Errorf("reason = %s, want %s", v.Reason, tc.reason)
+					}
+					if !v.Since.Equal(tc.since) {
+						t.Errorf("since = %s, want %s", v.Since, tc.since)
+					}
+					if v.Detail == "" {
+						t.Error("empty detail")
+					}
+				}
+				if !v.RecheckAt.Equal(tc.recheck) {
+					t.Errorf("recheckAt = %s, want %s", v.RecheckAt, tc.recheck)
+				}
+			}
+		})
+	}
+}
+
+func TestMatchesInitContainer(t *testing.T) {
+	names := []string{"consul-connect-inject-init", "consul-cni-check"}
+	for name, want := range map[string]bool{
+		"consul-connect-inject-init":      true,
+		"consul-connect-inject-init-web":  true,
+		"consul-cni-check":                true,
+		"consul-cni-check-a":              true,
+		"consul-connect-inject-init-":     false,
+		"consul-connect-inject-initx":     false,
+		"consul-connect-inject":           false,
+		"x-consul-connect-inject-init":    false,
+		"":                                false,
+		"consul-connect-inject-init-a-b2": true,
+	} {
+		if got := MatchesInitContainer(name, names); got != want {
+			t.Errorf("%q: got %v want %v", name, got, want)
+		}
+	}
+}
+
+func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
+	p := mkPod(sandboxAt(-time.Minute), withAnnotation("kubectl.kubernetes.io/last-applied-configuration", "{big}"))
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx", Env: []corev1.EnvVar{{Name: "A", Value: "B"}}}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "nginx", ImageID: "sha", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "long log"}}}}
+	o, err := SlimInjectedPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.(*corev1.Pod)
+	if s.ManagedFields != nil || s.Spec.Containers != nil || s.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" || s.Labels["app"] != "" {
+		t.Errorf("kept data the controller never reads: %+v", s)
+	}
+	if cs := s.Status.ContainerStatuses[0]; cs.Image != "" || cs.State.Terminated.Message != "" || cs.State.Terminated.ExitCode != 1 {
+		t.Errorf("container status not slimmed right: %+v", cs)
+	}
+	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || ControllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
+		t.Errorf("lost data the controller reads: %+v", s)
+	}
+	if p.ManagedFields == nil || p.Spec.Containers == nil {
+		t.Error("the input object was modified")
+	}
+	// Tombstones pass through.
+	if o, _ := SlimInjectedPod("x"); o != "x" {
+		t.Error("non-pod not passed through")
+	}
+}

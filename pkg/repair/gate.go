@@ -1,0 +1,159 @@
+package repair
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+)
+
+// IndexByNode indexes pods by spec.nodeName.
+const IndexByNode = "byNode"
+
+// PodNodeIndexer indexes pods by spec.nodeName.
+func PodNodeIndexer() cache.Indexers {
+	return cache.Indexers{IndexByNode: func(obj interface{}) ([]string, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.NodeName == "" {
+			return nil, nil
+		}
+		return []string{pod.Spec.NodeName}, nil
+	}}
+}
+
+// Gate tells whether a node's CNI is ready now. Acting on a node whose CNI is
+// not ready would only make the owner recreate a pod that bypasses again.
+type Gate interface {
+	// Open reports whether the node's CNI is ready now and, if so, since
+	// when (as precisely as known; never in the future).
+	Open(node string) (bool, time.Time)
+	Mode() GateMode
+}
+
+// NewGate builds the gate of mode. nodes is needed for node-label, cniPods
+// (indexed with PodNodeIndexer) for cni-pod; start is used as the "since" of
+// nodes whose readiness predates what the gate can date.
+func NewGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer, start time.Time) Gate {
+	switch mode {
+	case GateCNIPod:
+		return &cniPodGate{pods: cniPods}
+	case GateNone:
+		return noGate{start: start}
+	default:
+		return &nodeLabelGate{nodes: nodes, start: start, since: map[string]time.Time{}, now: time.Now}
+	}
+}
+
+// nodeLabelGate: open when the node is labelled consul.hashicorp.com/cni=ready.
+// The label has no timestamp, so "since" is when this process first saw it
+// (Observe from the node informer's handlers), or start for nodes labelled
+// before this process ran.
+type nodeLabelGate struct {
+	nodes corelisters.NodeLister
+	start time.Time
+	now   func() time.Time
+
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+func (g *nodeLabelGate) Mode() GateMode { return GateNodeLabel }
+
+func (g *nodeLabelGate) Open(name string) (bool, time.Time) {
+	node, err := g.nodes.Get(name)
+	if err != nil {
+		return false, time.Time{}
+	}
+	return g.Observe(node, false)
+}
+
+// Observe records the node's label state; initial is true for nodes of the
+// informer's initial list.
+func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !NodeLabelledReady(node) {
+		delete(g.since, node.Name)
+		return false, time.Time{}
+	}
+	t, ok := g.since[node.Name]
+	if !ok {
+		t = g.now()
+		if initial || t.Before(g.start) {
+			t = g.start
+		}
+		g.since[node.Name] = t
+	}
+	return true, t
+}
+
+func (g *nodeLabelGate) Forget(name string) {
+	g.mu.Lock()
+	delete(g.since, name)
+	g.mu.Unlock()
+}
+
+// NodeLabelledReady reports whether node carries the CNI readiness label.
+func NodeLabelledReady(node *corev1.Node) bool {
+	return node.Labels[annotations.LabelCNIReady] == annotations.LabelCNIReadyValue
+}
+
+// cniPodGate: open when a CNI DaemonSet pod on the node is Ready; since is
+// that pod's Ready transition time.
+type cniPodGate struct{ pods cache.Indexer }
+
+func (g *cniPodGate) Mode() GateMode { return GateCNIPod }
+
+func (g *cniPodGate) Open(node string) (bool, time.Time) {
+	pod := ReadyCNIPod(g.pods, node)
+	if pod == nil {
+		return false, time.Time{}
+	}
+	return true, readySince(pod)
+}
+
+// ReadyCNIPod returns a Ready, not terminating CNI pod on node, or nil.
+func ReadyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(IndexByNode, node)
+	if err != nil {
+		return nil
+	}
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if ok && PodReady(pod) {
+			return pod
+		}
+	}
+	return nil
+}
+
+// PodReady reports whether pod is Ready, running and not being deleted.
+func PodReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func readySince(pod *corev1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+type noGate struct{ start time.Time }
+
+func (noGate) Mode() GateMode                  { return GateNone }
+func (g noGate) Open(string) (bool, time.Time) { return true, g.start }

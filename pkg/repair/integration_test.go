@@ -1,0 +1,382 @@
+//go:build integration
+
+package repair_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+)
+
+// replicaSet creates a ReplicaSet of injected pods bound to node and waits
+// for kube-controller-manager to create its pods.
+func replicaSet(t *testing.T, c *cluster.Cluster, ns, app, node string, replicas int32) []corev1.Pod {
+	t.Helper()
+	_, err := c.Client.AppsV1().ReplicaSets(ns).Create(context.Background(), &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: app},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+			Template: injectedPodTemplate(ns, app, node),
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	eventually(t, "ReplicaSet pods", func() (bool, error) {
+		pods = podsOf(t, c.Client, ns, app)
+		return len(pods) == int(replicas), nil
+	})
+	return pods
+}
+
+// replaced waits until the pod of uid is gone and the ReplicaSet has
+// replicas live pods again, none of them the old one.
+func replaced(t *testing.T, client kubernetes.Interface, ns, app string, old types.UID, replicas int) {
+	t.Helper()
+	eventually(t, "pod "+string(old)+" replaced by kube-controller-manager", func() (bool, error) {
+		live := 0
+		for _, p := range podsOf(t, client, ns, app) {
+			if p.UID == old {
+				return false, nil
+			}
+			if p.DeletionTimestamp == nil {
+				live++
+			}
+		}
+		return live == replicas, nil
+	})
+}
+
+func repairedTotal(m *repair.Manager, ns, action, result string, reason repair.Reason, dry string) float64 {
+	return testutil.ToFloat64(m.Metrics.Repaired.WithLabelValues(ns, action, result, string(reason), dry))
+}
+
+// Broken pods of a ReplicaSet are evicted (as the controller's
+// ServiceAccount, with the manifests' RBAC) and recreated by
+// kube-controller-manager; the healthy pod is untouched.
+func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := newNode(t, c, true)
+	pods := replicaSet(t, c, ns, "web", node, 3)
+	r := startController(t, c, ns, nil)
+
+	healthy := pods[2]
+	if _, err := c.Client.CoreV1().Pods(ns).Patch(context.Background(), healthy.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+annotations.KeyTransparentProxyStatus+`":"complete"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	markRunningReady(t, c.Client, &healthy)
+	for _, p := range pods[:2] {
+		markBroken(t, c.Client, &p)
+	}
+	for _, p := range pods[:2] {
+		replaced(t, c.Client, ns, "web", p.UID, 3)
+		eventually(t, "BypassedCNI event", func() (bool, error) {
+			return len(events(t, c.Client, ns, p.UID, repair.EventBypassedCNI)) == 1, nil
+		})
+	}
+	// The healthy pod is still there, unchanged by the controller.
+	got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), healthy.Name, metav1.GetOptions{})
+	if err != nil || got.UID != healthy.UID || got.DeletionTimestamp != nil {
+		t.Fatalf("healthy pod touched: %v %+v", err, got.ObjectMeta)
+	}
+	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 2 {
+		t.Fatalf("pods_repaired_total = %v, want 2", n)
+	}
+	// The replacements (not broken yet: no sandbox) are left alone.
+	time.Sleep(2 * time.Second)
+	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 2 {
+		t.Fatalf("pods_repaired_total = %v after replacement, want 2", n)
+	}
+}
+
+// A PodDisruptionBudget without budget blocks the eviction (429, retried
+// with back-off); once the budget allows it, the pod is evicted.
+func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := newNode(t, c, true)
+	pods := replicaSet(t, c, ns, "db", node, 2)
+	two := intstr.FromInt32(2)
+	pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(context.Background(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both pods run and are Ready (so the budget counts them); pod 0 has
+	// its status still "enabled" (signal A), pod 1 is meshed.
+	if _, err := c.Client.CoreV1().Pods(ns).Patch(context.Background(), pods[1].Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+annotations.KeyTransparentProxyStatus+`":"complete"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		markRunningReady(t, c.Client, &p)
+	}
+	eventually(t, "disruption controller to count 2 healthy pods", func() (bool, error) {
+		p, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "db", metav1.GetOptions{})
+		return err == nil && p.Status.CurrentHealthy == 2 && p.Status.ObservedGeneration == p.Generation, err
+	})
+	r := startController(t, c, ns, nil)
+
+	eventually(t, "eviction blocked by the PDB", func() (bool, error) {
+		return repairedTotal(r.m, ns, "evict", repair.ResultPDBBlocked, repair.ReasonTProxyStatusStuck, "false") >= 2, nil
+	})
+	if len(events(t, c.Client, ns, pods[0].UID, repair.EventEvictionBlocked)) == 0 {
+		t.Error("no EvictionBlocked event")
+	}
+	got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), pods[0].Name, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp != nil {
+		t.Fatalf("pod evicted despite the PDB: %v %+v", err, got.ObjectMeta)
+	}
+
+	// The budget allows one disruption now.
+	pdb, _ = c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "db", metav1.GetOptions{})
+	one := intstr.FromInt32(1)
+	pdb.Spec.MinAvailable = &one
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Update(context.Background(), pdb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replaced(t, c.Client, ns, "db", pods[0].UID, 2)
+	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonTProxyStatusStuck, "false"); n != 1 {
+		t.Fatalf("success = %v", n)
+	}
+	if p, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), pods[1].Name, metav1.GetOptions{}); err != nil || p.UID != pods[1].UID {
+		t.Fatalf("meshed pod touched: %v", err)
+	}
+}
+
+// A bare pod is reported (Event, metric) and never touched.
+func TestIntegrationBarePodUntouched(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := newNode(t, c, true)
+	tmpl := injectedPodTemplate(ns, "bare", node)
+	pod, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: "bare", Labels: tmpl.Labels, Annotations: tmpl.Annotations}, Spec: tmpl.Spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.Action = repair.ActionDelete })
+	pod = markBroken(t, c.Client, pod)
+	eventually(t, "BarePodNotRepaired event", func() (bool, error) {
+		return len(events(t, c.Client, ns, pod.UID, repair.EventBarePodNotRepaired)) == 1, nil
+	})
+	got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), "bare", metav1.GetOptions{})
+	if err != nil || got.UID != pod.UID || got.ResourceVersion != pod.ResourceVersion || got.DeletionTimestamp != nil {
+		t.Fatalf("bare pod touched: %v %+v", err, got.ObjectMeta)
+	}
+	if n := testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(repair.SkipBarePod)); n != 1 {
+		t.Fatalf("skipped bare_pod = %v", n)
+	}
+}
+
+// Dry run: Normal WouldRepair Events and dry_run="true" counts, nothing else.
+func TestIntegrationDryRunMutatesNothing(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := newNode(t, c, true)
+	pods := replicaSet(t, c, ns, "audit", node, 2)
+	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.DryRun = true })
+	var after []*corev1.Pod
+	for _, p := range pods {
+		after = append(after, markBroken(t, c.Client, &p))
+	}
+	for _, p := range after {
+		eventually(t, "WouldRepair event", func() (bool, error) {
+			evs := events(t, c.Client, ns, p.UID, repair.EventWouldRepair)
+			return len(evs) == 1 && evs[0].Type == corev1.EventTypeNormal, nil
+		})
+	}
+	for _, p := range after {
+		got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{})
+		if err != nil || got.UID != p.UID || got.ResourceVersion != p.ResourceVersion || got.DeletionTimestamp != nil {
+			t.Fatalf("dry run changed pod %s: %v", p.Name, err)
+		}
+		if len(events(t, c.Client, ns, p.UID, repair.EventBypassedCNI)) != 0 {
+			t.Fatal("dry run reported a real action")
+		}
+	}
+	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "true"); n != 2 {
+		t.Fatalf("dry_run=true count = %v", n)
+	}
+	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 0 {
+		t.Fatalf("real count = %v", n)
+	}
+}
+
+// Gate closed: the node is not labelled ready, nothing happens; once the
+// label appears the pod is repaired.
+func TestIntegrationGateClosedThenOpen(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := newNode(t, c, false)
+	pods := replicaSet(t, c, ns, "gated", node, 1)
+	r := startController(t, c, ns, nil)
+	p := markBroken(t, c.Client, &pods[0])
+	eventually(t, "gate_closed skip", func() (bool, error) {
+		return testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(repair.SkipGateClosed)) == 1, nil
+	})
+	time.Sleep(time.Second)
+	if got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != p.ResourceVersion {
+		t.Fatalf("pod touched with the gate closed: %v", err)
+	}
+	if _, err := c.Client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+annotations.LabelCNIReady+`":"ready"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replaced(t, c.Client, ns, "gated", p.UID, 1)
+}
+
+// Two replicas share the lease; only the leader acts. With the label action
+// the broken pod stays, so a new leader sees it again: it must not act twice.
+func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := newNode(t, c, true)
+	pods := replicaSet(t, c, ns, "ha", node, 2)
+	label := func(id string) func(*repair.ManagerConfig) {
+		return func(m *repair.ManagerConfig) { m.Action = repair.ActionLabel; m.Identity = id }
+	}
+	a := startController(t, c, ns, label("replica-a"))
+	b := startController(t, c, ns, label("replica-b"))
+	leader := func() *running {
+		switch {
+		case testutil.ToFloat64(a.m.Metrics.Leader) == 1:
+			return a
+		case testutil.ToFloat64(b.m.Metrics.Leader) == 1:
+			return b
+		}
+		return nil
+	}
+	eventually(t, "a leader", func() (bool, error) { return leader() != nil, nil })
+	first := leader()
+	other := a
+	if first == a {
+		other = b
+	}
+	if testutil.ToFloat64(other.m.Metrics.Leader) != 0 {
+		t.Fatal("two leaders")
+	}
+
+	p0 := markBroken(t, c.Client, &pods[0])
+	eventually(t, "pod 0 labelled", func() (bool, error) {
+		got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), p0.Name, metav1.GetOptions{})
+		return err == nil && got.Labels[annotations.LabelUninitialized] == "true", err
+	})
+	if n := repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 0 {
+		t.Fatal("the standby acted")
+	}
+
+	// Graceful hand-over: the leader stops, the standby takes the lease.
+	first.stop(t)
+	eventually(t, "the standby to lead", func() (bool, error) { return testutil.ToFloat64(other.m.Metrics.Leader) == 1, nil })
+	p1 := markBroken(t, c.Client, &pods[1])
+	eventually(t, "pod 1 labelled by the new leader", func() (bool, error) {
+		return repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false") == 1, nil
+	})
+	// Pod 0, still broken and seen by the new leader, was not acted on again.
+	time.Sleep(2 * time.Second)
+	for _, p := range []*corev1.Pod{p0, p1} {
+		if n := eventCount(events(t, c.Client, ns, p.UID, repair.EventBypassedCNI)); n != 1 {
+			t.Fatalf("pod %s: %d BypassedCNI events, want exactly 1", p.Name, n)
+		}
+	}
+	total := repairedTotal(first.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false") +
+		repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false")
+	if total != 2 {
+		t.Fatalf("actions across both replicas = %v, want 2", total)
+	}
+	if n := testutil.ToFloat64(other.m.Metrics.Skipped.WithLabelValues(repair.SkipAlreadyActed)); n < 1 {
+		t.Fatalf("the new leader did not recognise the labelled pod (already_acted = %v)", n)
+	}
+}
+
+// Node readiness: the CNI pod on a tainted node becomes Ready -> the node is
+// labelled and the startup taint removed; the pod is gone -> the label goes,
+// the taint stays away.
+func TestIntegrationNodeReadiness(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	other := corev1.Taint{Key: "example.com/dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}
+	node := newNode(t, c, false, corev1.Taint{Key: annotations.TaintCNINotReady, Effect: corev1.TaintEffectNoSchedule}, other)
+	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.NodeReadiness = true })
+
+	zero := int64(0)
+	cni, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni-x", Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &zero,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:  []corev1.Container{{Name: "installer", Image: "registry.invalid/consul-cni:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	n, _ := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if n.Labels[annotations.LabelCNIReady] == "ready" || len(n.Spec.Taints) != 2 {
+		t.Fatalf("node marked ready before its CNI pod is Ready: %v %v", n.Labels, n.Spec.Taints)
+	}
+	markRunningReadyCNI(t, c.Client, cni)
+	eventually(t, "node labelled and untainted", func() (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		return err == nil && n.Labels[annotations.LabelCNIReady] == "ready" && len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == other.Key, err
+	})
+	eventually(t, "CNIReady node event", func() (bool, error) {
+		l, err := c.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + repair.EventCNIReady})
+		return err == nil && len(l.Items) == 1, err
+	})
+	if err := c.Client.CoreV1().Pods(ns).Delete(context.Background(), cni.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "label removed", func() (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		_, has := n.Labels[annotations.LabelCNIReady]
+		return err == nil && !has, err
+	})
+	n, _ = c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if len(n.Spec.Taints) != 1 {
+		t.Fatalf("taints after the CNI pod left: %v (the startup taint must not come back by default)", n.Spec.Taints)
+	}
+	if v := testutil.ToFloat64(r.m.Metrics.NodeReadinessChanges.WithLabelValues(repair.ChangeTaintRemoved, repair.ResultSuccess)); v != 1 {
+		t.Fatalf("taint_removed = %v", v)
+	}
+	if v := testutil.ToFloat64(r.m.Metrics.NodeReadinessChanges.WithLabelValues(repair.ChangeLabelRemoved, repair.ResultSuccess)); v != 1 {
+		t.Fatalf("label_removed = %v", v)
+	}
+}
+
+func markRunningReadyCNI(t *testing.T, client kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	now := metav1.Now()
+	p := pod.DeepCopy()
+	p.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "198.18.0.2", StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "installer", Image: p.Spec.Containers[0].Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+	}
+	if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ = apierrors.IsNotFound

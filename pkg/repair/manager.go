@@ -1,0 +1,323 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Component is the Event source and the default lease name.
+const Component = "consul-cni-repair"
+
+// ManagerConfig adds process-level settings to Config.
+type ManagerConfig struct {
+	Config
+
+	LeaderElect    bool
+	LeaseNamespace string
+	LeaseName      string
+	// Identity of this replica in the lease; default hostname_random.
+	Identity      string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+
+	// MetricsAddr and HealthAddr are listen addresses; "" or "0" disables
+	// the server.
+	MetricsAddr     string
+	HealthAddr      string
+	ShutdownTimeout time.Duration
+}
+
+// DefaultManagerConfig returns the documented defaults.
+func DefaultManagerConfig() ManagerConfig {
+	return ManagerConfig{
+		Config:          DefaultConfig(),
+		LeaderElect:     true,
+		LeaseNamespace:  DefaultCNINamespace,
+		LeaseName:       Component,
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		MetricsAddr:     ":8080",
+		HealthAddr:      ":8081",
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// Validate checks the process-level settings and Config.
+func (c *ManagerConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if c.LeaderElect {
+		if c.LeaseNamespace == "" {
+			return errors.New("--leader-election-namespace: must not be empty")
+		}
+		if c.LeaseName == "" {
+			return errors.New("--leader-election-id: must not be empty")
+		}
+		if !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline < c.LeaseDuration) {
+			return fmt.Errorf("--leader-election-retry-period/-renew-deadline/-lease-duration: %s/%s/%s: want 0 < retry < renew < lease",
+				c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
+		}
+	}
+	return nil
+}
+
+// Manager runs the informers, the HTTP endpoints, leader election and, on
+// the leader only, the repair and node-readiness controllers.
+type Manager struct {
+	cfg       ManagerConfig
+	client    kubernetes.Interface
+	Metrics   *Metrics
+	Informers *Informers
+	Repair    *Controller
+	Readiness *NodeReadiness
+
+	broadcaster record.EventBroadcaster
+	watchdog    *leaderelection.HealthzAdaptor
+
+	metricsLn, healthLn net.Listener
+}
+
+// NewManager builds everything; nothing runs until Run.
+func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Identity == "" {
+		host, _ := os.Hostname()
+		cfg.Identity = host + "_" + utilrand.String(8)
+	}
+	m := &Manager{cfg: cfg, client: client, Metrics: NewMetrics()}
+	inf, err := NewInformers(client, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	m.Informers = inf
+	m.broadcaster = record.NewBroadcaster()
+	recorder := m.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
+	if m.Repair, err = NewController(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
+		return nil, err
+	}
+	if cfg.NodeReadiness {
+		if m.Readiness, err = NewNodeReadiness(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.LeaderElect {
+		m.watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	if m.metricsLn, err = listen(cfg.MetricsAddr); err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address %q: %w", cfg.MetricsAddr, err)
+	}
+	if m.healthLn, err = listen(cfg.HealthAddr); err != nil {
+		if m.metricsLn != nil {
+			m.metricsLn.Close()
+		}
+		return nil, fmt.Errorf("--health-probe-bind-address %q: %w", cfg.HealthAddr, err)
+	}
+	return m, nil
+}
+
+func listen(addr string) (net.Listener, error) {
+	if addr == "" || addr == "0" {
+		return nil, nil
+	}
+	return net.Listen("tcp", addr)
+}
+
+// MetricsAddr is the bound metrics address ("" when disabled).
+func (m *Manager) MetricsAddr() string { return lnAddr(m.metricsLn) }
+
+// HealthAddr is the bound health address ("" when disabled).
+func (m *Manager) HealthAddr() string { return lnAddr(m.healthLn) }
+
+func lnAddr(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// Run blocks until ctx is done (graceful shutdown: controllers stop, then
+// the lease is released, then the servers stop) or leadership is lost (an
+// error: the process should exit and be restarted).
+func (m *Manager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	var servers []*http.Server
+	if m.metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttpHandler(m))
+		servers = append(servers, serve(ctx, m.metricsLn, mux))
+	}
+	if m.healthLn != nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			if m.watchdog != nil {
+				if err := m.watchdog.Check(r); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !m.Informers.HasSynced() {
+				http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		servers = append(servers, serve(ctx, m.healthLn, mux))
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout)
+		defer cancel()
+		for _, s := range servers {
+			_ = s.Shutdown(sctx)
+		}
+	}()
+
+	m.broadcaster.StartStructuredLogging(3)
+	m.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.client.CoreV1().Events("")})
+	defer m.broadcaster.Shutdown()
+
+	// Informers run on every replica so a new leader starts warm.
+	m.Informers.Factory.Start(ctx.Done())
+	defer m.Informers.Factory.Shutdown()
+
+	if !m.cfg.LeaderElect {
+		m.Metrics.Leader.Set(1)
+		defer m.Metrics.Leader.Set(0)
+		return m.runControllers(ctx)
+	}
+
+	// The lease is released only after the controllers have stopped, so
+	// two replicas never act at once during a graceful hand-over.
+	leCtx, leCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer leCancel()
+	var (
+		mu       sync.Mutex
+		running  sync.WaitGroup
+		runErr   error
+		started  bool
+		shutdown bool
+	)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1ObjectMeta(m.cfg.LeaseNamespace, m.cfg.LeaseName),
+			Client:     m.client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: m.cfg.Identity},
+		},
+		LeaseDuration:   m.cfg.LeaseDuration,
+		RenewDeadline:   m.cfg.RenewDeadline,
+		RetryPeriod:     m.cfg.RetryPeriod,
+		ReleaseOnCancel: true,
+		WatchDog:        m.watchdog,
+		Name:            Component,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				if shutdown {
+					mu.Unlock()
+					return
+				}
+				started = true
+				running.Add(1)
+				mu.Unlock()
+				defer running.Done()
+				cctx, cancel := context.WithCancel(lctx)
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				logger.Info("Leading", "identity", m.cfg.Identity)
+				m.Metrics.Leader.Set(1)
+				defer m.Metrics.Leader.Set(0)
+				if err := m.runControllers(cctx); err != nil {
+					mu.Lock()
+					runErr = err
+					mu.Unlock()
+				}
+			},
+			OnStoppedLeading: func() {
+				m.Metrics.Leader.Set(0)
+				logger.Info("Not leading", "identity", m.cfg.Identity)
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		mu.Lock()
+		shutdown = true
+		mu.Unlock()
+		running.Wait() // controllers observed ctx and stopped
+		leCancel()     // now release the lease
+	}()
+	le.Run(leCtx)
+	mu.Lock()
+	shutdown = true
+	wasLeader := started
+	mu.Unlock()
+	running.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	if ctx.Err() == nil && wasLeader {
+		return errors.New("leader election lost")
+	}
+	return nil
+}
+
+func (m *Manager) runControllers(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs[0] = m.Repair.Run(ctx)
+	}()
+	if m.Readiness != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[1] = m.Readiness.Run(ctx, 2)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func serve(ctx context.Context, ln net.Listener, h http.Handler) *http.Server {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "HTTP server stopped", "addr", ln.Addr().String())
+		}
+	}()
+	return s
+}
+
+func promhttpHandler(m *Manager) http.Handler {
+	return promhttp.HandlerFor(m.Metrics.Registry, promhttp.HandlerOpts{Registry: m.Metrics.Registry})
+}

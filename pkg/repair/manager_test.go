@@ -1,0 +1,94 @@
+package repair
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The manager serves health, readiness and metrics, leads through a Lease,
+// and on shutdown stops its controllers before releasing the lease.
+func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
+	client := fake.NewClientset()
+	cfg := DefaultManagerConfig()
+	cfg.LeaseNamespace = "ns"
+	cfg.Identity = "replica-a"
+	cfg.MetricsAddr = "127.0.0.1:0"
+	cfg.HealthAddr = "127.0.0.1:0"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	m, err := NewManager(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+
+	health := "http://" + m.HealthAddr()
+	eventually(t, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
+	if c, b := get(t, health+"/healthz"); c != 200 {
+		t.Fatalf("healthz %d %s", c, b)
+	}
+	eventually(t, "leadership", func() bool {
+		_, b := get(t, "http://"+m.MetricsAddr()+"/metrics")
+		return strings.Contains(b, "consul_cni_repair_leader 1")
+	})
+	_, body := get(t, "http://"+m.MetricsAddr()+"/metrics")
+	for _, want := range []string{"consul_cni_repair_build_info{", "consul_cni_repair_workqueue_depth{name=\"pods\"}", "consul_cni_repair_broken_pods{", "process_resident_memory_bytes"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	lease, err := client.CoordinationV1().Leases("ns").Get(context.Background(), Component, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "replica-a" {
+		t.Fatalf("lease: %+v %v", lease, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after shutdown: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	lease, err = client.CoordinationV1().Leases("ns").Get(context.Background(), Component, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Fatalf("lease still held by %q after shutdown", *h)
+	}
+	if c, _ := get(t, health+"/healthz"); c == 200 {
+		t.Fatal("health server still up after shutdown")
+	}
+}

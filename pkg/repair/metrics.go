@@ -1,0 +1,178 @@
+package repair
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// MetricsPrefix is the prefix of every metric of the controller.
+const MetricsPrefix = "consul_cni_repair_"
+
+// Values of the metrics' labels.
+const (
+	ResultSuccess    = "success"
+	ResultFailure    = "failure"
+	ResultPDBBlocked = "pdb_blocked"
+
+	SkipBarePod      = "bare_pod"
+	SkipGateClosed   = "gate_closed"
+	SkipRateLimited  = "rate_limited"
+	SkipBreakerOpen  = "breaker_open"
+	SkipAlreadyActed = "already_acted"
+
+	ChangeLabelAdded   = "label_added"
+	ChangeLabelRemoved = "label_removed"
+	ChangeTaintRemoved = "taint_removed"
+	ChangeTaintAdded   = "taint_added"
+)
+
+// Version is the controller's version, set at link time
+// (-X github.com/consul-cni-repair/consul-cni-repair/pkg/repair.Version=...).
+var Version = "dev"
+
+// Metrics are the controller's metrics, all on one registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Repaired             *prometheus.CounterVec
+	Skipped              *prometheus.CounterVec
+	Latency              *prometheus.HistogramVec
+	BreakerOpenNodes     prometheus.GaugeFunc
+	NodeReadinessChanges *prometheus.CounterVec
+	Leader               prometheus.Gauge
+	BuildInfo            *prometheus.GaugeVec
+
+	// Workqueue is handed to the controllers' workqueues.
+	Workqueue workqueue.MetricsProvider
+
+	stateCollector *stateCollector
+}
+
+// NewMetrics creates and registers every metric on a new registry, together
+// with the Go runtime and process collectors.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		Repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricsPrefix + "pods_repaired_total",
+			Help: "Actions taken (or, with dry_run=\"true\", that would have been taken) on pods that bypassed the CNI plugin.",
+		}, []string{"namespace", "action", "result", "reason", "dry_run"}),
+		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricsPrefix + "skipped_total",
+			Help: "Broken pods left alone, counted once per pod and reason.",
+		}, []string{"reason"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricsPrefix + "detection_to_action_seconds",
+			Help:    "Time from a pod first seen broken by this controller to its successful action.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
+		}, []string{"action"}),
+		NodeReadinessChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricsPrefix + "node_readiness_changes_total",
+			Help: "Node readiness label and startup taint changes made.",
+		}, []string{"change", "result"}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricsPrefix + "leader",
+			Help: "1 while this replica holds the leader lease.",
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricsPrefix + "build_info",
+			Help: "Build information; always 1.",
+		}, []string{"version", "go_version"}),
+		stateCollector: &stateCollector{
+			broken: prometheus.NewDesc(MetricsPrefix+"broken_pods", "Injected pods currently detected as bypassing the CNI plugin.", []string{"reason"}, nil),
+			nodes:  prometheus.NewDesc(MetricsPrefix+"nodes", "Nodes by CNI readiness as the configured gate sees it.", []string{"cni_ready"}, nil),
+		},
+	}
+	m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+	m.Workqueue = newWorkqueueMetrics(reg)
+	reg.MustRegister(m.Repaired, m.Skipped, m.Latency, m.NodeReadinessChanges, m.Leader, m.BuildInfo, m.stateCollector,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// registerBreaker exposes the breaker's open-node count.
+func (m *Metrics) registerBreaker(b *Breaker) {
+	m.BreakerOpenNodes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: MetricsPrefix + "circuit_breaker_open_nodes",
+		Help: "Nodes on which the circuit breaker currently stops repairs.",
+	}, func() float64 { return float64(b.OpenNodes()) })
+	m.Registry.MustRegister(m.BreakerOpenNodes)
+}
+
+// stateCollector computes the gauges that describe current state at scrape
+// time from the informer caches, so they are never stale.
+type stateCollector struct {
+	broken, nodes *prometheus.Desc
+	// brokenCounts and nodeCounts are set once the controller exists.
+	brokenCounts func() map[Reason]int
+	nodeCounts   func() (ready, notReady int)
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.broken
+	ch <- c.nodes
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.brokenCounts != nil {
+		counts := c.brokenCounts()
+		for _, r := range AllReasons {
+			ch <- prometheus.MustNewConstMetric(c.broken, prometheus.GaugeValue, float64(counts[r]), string(r))
+		}
+	}
+	if c.nodeCounts != nil {
+		ready, notReady := c.nodeCounts()
+		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(ready), "true")
+		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(notReady), "false")
+	}
+}
+
+// workqueueMetrics implements workqueue.MetricsProvider on our registry as
+// consul_cni_repair_workqueue_*{name}.
+type workqueueMetrics struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, work              *prometheus.HistogramVec
+}
+
+func newWorkqueueMetrics(reg prometheus.Registerer) *workqueueMetrics {
+	p := MetricsPrefix + "workqueue_"
+	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
+	w := &workqueueMetrics{
+		depth:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: p + "depth", Help: "Current depth of the workqueue."}, []string{"name"}),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: p + "unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration."}, []string{"name"}),
+		longest:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: p + "longest_running_processor_seconds", Help: "Seconds the longest running processor has been running."}, []string{"name"}),
+		adds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: p + "adds_total", Help: "Adds handled by the workqueue."}, []string{"name"}),
+		retries:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: p + "retries_total", Help: "Retries handled by the workqueue."}, []string{"name"}),
+		latency:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: p + "queue_duration_seconds", Help: "Seconds an item stays in the workqueue before being processed.", Buckets: buckets}, []string{"name"}),
+		work:       prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: p + "work_duration_seconds", Help: "Seconds processing an item takes.", Buckets: buckets}, []string{"name"}),
+	}
+	reg.MustRegister(w.depth, w.unfinished, w.longest, w.adds, w.retries, w.latency, w.work)
+	return w
+}
+
+func (w *workqueueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return w.depth.WithLabelValues(name)
+}
+func (w *workqueueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return w.adds.WithLabelValues(name)
+}
+func (w *workqueueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return w.latency.WithLabelValues(name)
+}
+func (w *workqueueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return w.work.WithLabelValues(name)
+}
+func (w *workqueueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return w.unfinished.WithLabelValues(name)
+}
+func (w *workqueueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return w.longest.WithLabelValues(name)
+}
+func (w *workqueueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return w.retries.WithLabelValues(name)
+}

@@ -1,0 +1,232 @@
+package repair
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+)
+
+type nrHarness struct {
+	t        *testing.T
+	client   *fake.Clientset
+	inf      *Informers
+	n        *NodeReadiness
+	recorder *record.FakeRecorder
+	metrics  *Metrics
+}
+
+func newNRHarness(t *testing.T, mutate func(*Config), node *corev1.Node, cni *corev1.Pod) *nrHarness {
+	t.Helper()
+	cfg := DefaultConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	client := fake.NewClientset(node)
+	inf, err := NewInformers(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &nrHarness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(10), metrics: NewMetrics()}
+	if h.n, err = NewNodeReadiness(cfg, client, inf, h.recorder, h.metrics); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.n.queue.ShutDown)
+	s, _ := SlimNode(node.DeepCopy())
+	if err := inf.Nodes.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	if cni != nil {
+		s, _ := SlimCNIPod(cni)
+		if err := inf.CNIPods.GetIndexer().Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+func (h *nrHarness) node() *corev1.Node {
+	h.t.Helper()
+	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+func (h *nrHarness) patches() int {
+	n := 0
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == "patch" {
+			n++
+		}
+	}
+	return n
+}
+
+func changes(m *Metrics, change, result string) float64 {
+	return testutil.ToFloat64(m.NodeReadinessChanges.WithLabelValues(change, result))
+}
+
+func startupTaint(effect corev1.TaintEffect) corev1.Taint {
+	return corev1.Taint{Key: annotations.TaintCNINotReady, Effect: effect}
+}
+
+var otherTaint = corev1.Taint{Key: "example.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}
+
+func newNode(labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "5", Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
+}
+
+func TestNodeReadyLabelsAndUntaints(t *testing.T) {
+	for _, effect := range []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute} {
+		t.Run(string(effect), func(t *testing.T) {
+			h := newNRHarness(t, nil, newNode(map[string]string{"kubernetes.io/hostname": "n1"}, otherTaint, startupTaint(effect)), cniPod("n1", true, -time.Second))
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			n := h.node()
+			if n.Labels[annotations.LabelCNIReady] != "ready" || n.Labels["kubernetes.io/hostname"] != "n1" {
+				t.Fatalf("labels: %v", n.Labels)
+			}
+			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != otherTaint.Key {
+				t.Fatalf("taints: %v (want only the other taint)", n.Spec.Taints)
+			}
+			if changes(h.metrics, ChangeLabelAdded, ResultSuccess) != 1 || changes(h.metrics, ChangeTaintRemoved, ResultSuccess) != 1 {
+				t.Fatal("changes not counted")
+			}
+			e := <-h.recorder.Events
+			if !strings.HasPrefix(e, "Normal "+EventCNIReady) {
+				t.Fatalf("event %q", e)
+			}
+			// The patch tested the taints it replaced.
+			var patch string
+			for _, a := range h.client.Actions() {
+				if a.GetVerb() == "patch" {
+					patch = string(a.(k8stesting.PatchAction).GetPatch())
+				}
+			}
+			if !strings.Contains(patch, `"op":"test","path":"/spec/taints"`) {
+				t.Fatalf("patch without test: %s", patch)
+			}
+		})
+	}
+}
+
+func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
+	h := newNRHarness(t, nil, newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n := h.node()
+	if n.Labels[annotations.LabelCNIReady] != "ready" || len(n.Spec.Taints) != 0 {
+		t.Fatalf("node: labels %v taints %v", n.Labels, n.Spec.Taints)
+	}
+}
+
+func TestNodeReadyIsIdempotent(t *testing.T) {
+	h := newNRHarness(t, nil, newNode(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint), cniPod("n1", true, -time.Second))
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.patches(); p != 0 {
+		t.Fatalf("%d patches on a node already in the right state", p)
+	}
+}
+
+func TestNodeNotReadyRemovesLabelKeepsTaintAway(t *testing.T) {
+	for name, cni := range map[string]*corev1.Pod{"no CNI pod": nil, "CNI pod not Ready": cniPod("n1", false, -time.Second), "CNI pod on other node": cniPod("n2", true, -time.Second)} {
+		t.Run(name, func(t *testing.T) {
+			h := newNRHarness(t, nil, newNode(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}), cni)
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			n := h.node()
+			if _, ok := n.Labels[annotations.LabelCNIReady]; ok || n.Labels["a"] != "b" {
+				t.Fatalf("labels: %v", n.Labels)
+			}
+			if len(n.Spec.Taints) != 0 {
+				t.Fatalf("taint re-added without --readd-startup-taint: %v", n.Spec.Taints)
+			}
+			if e := <-h.recorder.Events; !strings.HasPrefix(e, "Warning "+EventCNINotReady) {
+				t.Fatalf("event %q", e)
+			}
+			if changes(h.metrics, ChangeLabelRemoved, ResultSuccess) != 1 {
+				t.Fatal("not counted")
+			}
+		})
+	}
+}
+
+func TestNodeNotReadyReaddsTaintWhenAsked(t *testing.T) {
+	for name, taints := range map[string][]corev1.Taint{"no taints": nil, "other taint": {otherTaint}} {
+		t.Run(name, func(t *testing.T) {
+			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true }, newNode(map[string]string{annotations.LabelCNIReady: "ready"}, taints...), nil)
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			n := h.node()
+			if !hasTaint(n.Spec.Taints, annotations.TaintCNINotReady) || len(n.Spec.Taints) != len(taints)+1 {
+				t.Fatalf("taints: %v", n.Spec.Taints)
+			}
+			if changes(h.metrics, ChangeTaintAdded, ResultSuccess) != 1 {
+				t.Fatal("not counted")
+			}
+		})
+	}
+}
+
+// The cache is stale: the node's taints changed on the server. The patch's
+// test op fails, nothing is overwritten, and an error asks for a retry.
+func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
+	h := newNRHarness(t, nil, newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
+	live := h.node()
+	live.Spec.Taints = append(live.Spec.Taints, otherTaint)
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.n.sync(context.Background(), "n1"); err == nil {
+		t.Fatal("patch on stale data succeeded")
+	}
+	n := h.node()
+	if len(n.Spec.Taints) != 2 || n.Labels[annotations.LabelCNIReady] == "ready" {
+		t.Fatalf("node changed by a failed patch: %v %v", n.Labels, n.Spec.Taints)
+	}
+	if changes(h.metrics, ChangeTaintRemoved, ResultFailure) != 1 {
+		t.Fatal("failure not counted")
+	}
+	// With fresh data the next sync succeeds and keeps the new taint.
+	s, _ := SlimNode(n)
+	if err := h.inf.Nodes.GetIndexer().Update(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n = h.node()
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != otherTaint.Key || n.Labels[annotations.LabelCNIReady] != "ready" {
+		t.Fatalf("after retry: %v %v", n.Labels, n.Spec.Taints)
+	}
+}
+
+func TestNodeReadinessIgnoresTerminatingCNIPod(t *testing.T) {
+	p := cniPod("n1", true, -time.Second)
+	ts := at(0)
+	p.DeletionTimestamp = &ts
+	h := newNRHarness(t, nil, newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), p)
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if h.patches() != 0 {
+		t.Fatal("acted on a terminating CNI pod")
+	}
+}
