@@ -512,7 +512,7 @@ func (in *Installer) Ready() error {
 		return fmt.Errorf("plugin binary %s is not an executable file", bin)
 	}
 	if in.cfg.PluginBinary != "" {
-		same, err := sameContent(in.cfg.PluginBinary, bin)
+		same, err := sameBinary(in.cfg.PluginBinary, bin)
 		if err != nil {
 			return fmt.Errorf("comparing plugin binaries: %w", err)
 		}
