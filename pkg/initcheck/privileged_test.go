@@ -4,6 +4,7 @@ package initcheck_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
@@ -116,6 +118,24 @@ func TestProbeRealNetns(t *testing.T) {
 	t.Run("redirect rules in place", func(t *testing.T) {
 		ns := podNetns(t, r, "chk-ok", 1)
 		restore(t, ns, consulOutputRules(5995, 15001, 5996))
+		ann, tl := podFiles(t, "complete")
+		if code, msg := runCheck(t, ns, probeUID, target, ann, tl); code != 0 {
+			t.Fatalf("exit %d with the rules in place: %s", code, msg)
+		}
+	})
+
+	t.Run("the full consul-k8s rule set applied by pkg/redirect", func(t *testing.T) {
+		ns := podNetns(t, r, "chk-redirect", 5)
+		tc, err := annotations.ParseRedirectTrafficConfig([]byte(`{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,
+			"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200"],
+			"ExcludeOutboundPorts":["9090"],"ExcludeOutboundCIDRs":["10.0.0.0/8"],"ExcludeUIDs":["5996"]}`), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: redirect.BackendDefault}
+		if err := redirect.Apply(context.Background(), ex, redirect.Build(tc)); err != nil {
+			t.Fatal(err)
+		}
 		ann, tl := podFiles(t, "complete")
 		if code, msg := runCheck(t, ns, probeUID, target, ann, tl); code != 0 {
 			t.Fatalf("exit %d with the rules in place: %s", code, msg)

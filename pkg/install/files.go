@@ -121,14 +121,37 @@ func sameContent(a, b string) (bool, error) {
 	return bytes.Equal(ha, hb), nil
 }
 
+// sameBinary reports whether dst holds the same bytes as src. The copy
+// installBinary makes carries src's modification time, so equal size and
+// time settle it without reading both files (the readiness probe runs every
+// few seconds and the plugin is tens of megabytes); anything else is decided
+// by comparing contents.
+func sameBinary(src, dst string) (bool, error) {
+	ss, err := os.Stat(src)
+	if err != nil {
+		return false, err
+	}
+	ds, err := os.Stat(dst)
+	if err != nil {
+		return false, err
+	}
+	if ss.Size() != ds.Size() {
+		return false, nil
+	}
+	if ss.ModTime().Equal(ds.ModTime()) {
+		return true, nil
+	}
+	return sameContent(src, dst)
+}
+
 // installBinary copies src into dir under name unless an identical file is
 // already there. The copy is written beside the target and renamed over
 // it: a runtime executing the plugin at that moment runs either the old or
 // the new binary, and a running old binary is not disturbed.
 func installBinary(src, dir, name string) (changed bool, err error) {
 	dst := filepath.Join(dir, name)
-	if same, err := sameContent(src, dst); err == nil && same {
-		if st, err := os.Stat(dst); err == nil && st.Mode().Perm()&0o111 == 0o111 {
+	if same, err := sameBinary(src, dst); err == nil && same {
+		if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 == 0o111 {
 			return false, nil
 		}
 	}
@@ -137,6 +160,10 @@ func installBinary(src, dir, name string) (changed bool, err error) {
 		return false, fmt.Errorf("plugin binary: %w", err)
 	}
 	defer in.Close()
+	srcStat, err := in.Stat()
+	if err != nil {
+		return false, fmt.Errorf("plugin binary: %w", err)
+	}
 	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
 		return false, fmt.Errorf("plugin binary: %w", err)
@@ -159,6 +186,9 @@ func installBinary(src, dir, name string) (changed bool, err error) {
 		return false, err
 	}
 	if err := f.Close(); err != nil {
+		return false, err
+	}
+	if err := os.Chtimes(tmp, srcStat.ModTime(), srcStat.ModTime()); err != nil {
 		return false, err
 	}
 	if err := os.Rename(tmp, dst); err != nil {

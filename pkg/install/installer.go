@@ -427,6 +427,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 	recheck := time.NewTimer(time.Hour)
 	recheck.Stop()
 	defer recheck.Stop()
+	waiting := false
 	pass := func() {
 		st, err := in.Reconcile(ctx)
 		if st.Recheck {
@@ -435,9 +436,10 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 		switch {
 		case err != nil:
 			log.Error(err, "CNI installation pass failed; will retry")
-		case st.Waiting:
+		case st.Waiting && !waiting:
 			log.Info("Waiting for the primary CNI to write its network configuration", "dir", in.cfg.NetDir)
 		}
+		waiting = err == nil && st.Waiting
 		rewatch(st)
 		if ready != nil {
 			ready(st, err)
@@ -453,7 +455,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 	for {
 		select {
 		case <-ctx.Done():
-			log.Info("Stopping; the plugin stays installed and chained")
+			log.Info("Stopping; the installation stays in place (only uninstall removes it)")
 			return nil
 		case ev, ok := <-w.Events:
 			if !ok {
@@ -510,7 +512,7 @@ func (in *Installer) Ready() error {
 		return fmt.Errorf("plugin binary %s is not an executable file", bin)
 	}
 	if in.cfg.PluginBinary != "" {
-		same, err := sameContent(in.cfg.PluginBinary, bin)
+		same, err := sameBinary(in.cfg.PluginBinary, bin)
 		if err != nil {
 			return fmt.Errorf("comparing plugin binaries: %w", err)
 		}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
 
 // node is a fake host: the installer's container view is the host path
@@ -697,4 +698,79 @@ func TestRunSurvivesDirectoryReplacement(t *testing.T) {
 	}
 	waitFor(t, "chained again", in.Ready)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
+}
+
+func TestBinaryCorruptedInPlace(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	reconcile(t, in)
+	dst := filepath.Join(n.bin, PluginType)
+	// Same size, other bytes, written in place (its time changes).
+	time.Sleep(10 * time.Millisecond)
+	b, _ := os.ReadFile(dst)
+	b[len(b)-2] ^= 0xff
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Fatalf("Ready with a corrupted binary = %v", err)
+	}
+	if st := reconcile(t, in); fmt.Sprint(st.Wrote) != "[binary]" {
+		t.Fatalf("wrote %v", st.Wrote)
+	}
+	if err := in.Ready(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkReady measures the readiness probe's work on a node with a
+// plugin binary of realistic size (40 MB): it must not read the binary.
+func BenchmarkReady(b *testing.B) {
+	root := b.TempDir()
+	n := node{root: root, bin: filepath.Join(root, "bin"), net: filepath.Join(root, "net"),
+		src: filepath.Join(root, "consul-cni"), token: filepath.Join(root, "token")}
+	os.MkdirAll(n.bin, 0o755)
+	os.MkdirAll(n.net, 0o755)
+	os.WriteFile(n.src, make([]byte, 40<<20), 0o755)
+	os.WriteFile(n.token, []byte("t"), 0o600)
+	os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644)
+	in, err := New(Config{BinDir: n.bin, NetDir: n.net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
+		PluginBinary: n.src, Client: &ClientSource{Server: "https://h", TokenFile: n.token}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := in.Ready(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReconcileSteadyState is the cost of a pass that finds
+// everything in place (every resync and every file event).
+func BenchmarkReconcileSteadyState(b *testing.B) {
+	root := b.TempDir()
+	bin, net := filepath.Join(root, "bin"), filepath.Join(root, "net")
+	os.MkdirAll(bin, 0o755)
+	os.MkdirAll(net, 0o755)
+	src, token := filepath.Join(root, "consul-cni"), filepath.Join(root, "token")
+	os.WriteFile(src, make([]byte, 40<<20), 0o755)
+	os.WriteFile(token, []byte("t"), 0o600)
+	os.WriteFile(filepath.Join(net, "10-kindnet.conflist"), []byte(kindnet), 0o644)
+	in, _ := New(Config{BinDir: bin, NetDir: net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
+		PluginBinary: src, Client: &ClientSource{Server: "https://h", TokenFile: token}})
+	ctx := klog.NewContext(context.Background(), klog.Background().V(10))
+	in.Reconcile(ctx)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st, err := in.Reconcile(ctx)
+		if err != nil || len(st.Wrote) != 0 {
+			b.Fatalf("%v %v", st.Wrote, err)
+		}
+	}
 }

@@ -306,8 +306,11 @@ func injectedPodTemplate(ns, app, node string) corev1.PodTemplateSpec {
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: &zero,
-			InitContainers:                []corev1.Container{{Name: annotations.InitContainerName, Image: "registry.invalid/consul-k8s-control-plane:1"}},
-			Containers:                    []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}},
+			// The node has no kubelet: once kube-controller-manager finds it
+			// unreachable, its NoExecute taint must not evict test pods.
+			Tolerations:    []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			InitContainers: []corev1.Container{{Name: annotations.InitContainerName, Image: "registry.invalid/consul-k8s-control-plane:1"}},
+			Containers:     []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}},
 		},
 	}
 }

@@ -367,7 +367,7 @@ func TestControllerUnderManifests(t *testing.T) {
 			kubeconfig := writeKubeconfig(t, c.ServiceAccountConfig(t, namespace, controllerName))
 			mport, hport := freePort(t), freePort(t)
 			args := append(controllerArgs(t, ov, mport, hport), "--kubeconfig="+kubeconfig, "--min-pod-age=1s")
-			startController(t, bin, args)
+			logPath := startController(t, bin, args)
 			eventually(t, 90*time.Second, "/readyz", func() error {
 				code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", hport))
 				if err != nil {
@@ -483,6 +483,17 @@ func TestControllerUnderManifests(t *testing.T) {
 				}
 				exported[name] = f
 			}
+			// Under exactly the overlay's RBAC nothing it tried was refused
+			// (Events included).
+			if b, err := os.ReadFile(logPath); err != nil {
+				t.Error(err)
+			} else if i := strings.Index(strings.ToLower(string(b)), "forbidden"); i >= 0 {
+				t.Errorf("the controller was refused something under the %s RBAC: ...%s...", ov, string(b[max(0, i-300):min(len(b), i+200)]))
+			}
+			t.Logf("%s: node %s labelled, startup taint removed; broken pod %s handled; pods_repaired_total=%v, skipped bare_pod=%v",
+				ov, nodeName, broken.Name,
+				counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{"namespace": ns}),
+				counterSum(fams["consul_cni_repair_skipped_total"], map[string]string{"reason": "bare_pod"}))
 			wantResult := "success"
 			wantAction := map[string]string{"audit": "evict", "base": "evict", "delete": "delete", "label": "label"}[ov]
 			wantDry := map[string]string{"audit": "true"}[ov]
@@ -544,82 +555,4 @@ func TestControllerUnderManifests(t *testing.T) {
 		}
 		t.Logf("%d metrics used by the dashboard and alerts, all exported", len(names))
 	})
-}
-
-// isExported reports whether a series name is present in the scraped
-// families (a histogram's _bucket, _sum and _count belong to its family).
-func isExported(fams map[string]*dto.MetricFamily, series string) bool {
-	if _, ok := fams[series]; ok {
-		return true
-	}
-	for _, suf := range []string{"_bucket", "_sum", "_count"} {
-		if base, ok := strings.CutSuffix(series, suf); ok {
-			if f, ok := fams[base]; ok && f.GetType() == dto.MetricType_HISTOGRAM {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// checkFamily compares a scraped family with its row of the table: type,
-// label names (exactly) and label values (when the table lists them).
-func checkFamily(specs []metricSpec, f *dto.MetricFamily) error {
-	spec, ok := lookupMetric(specs, f.GetName())
-	if !ok {
-		return fmt.Errorf("exported metric %s is not in ARCHITECTURE.md's metrics table", f.GetName())
-	}
-	if spec.Prefix {
-		return nil // a family of client-go metrics; the table lists its label only as a hint
-	}
-	wantType := map[string]dto.MetricType{"counter": dto.MetricType_COUNTER, "gauge": dto.MetricType_GAUGE, "histogram": dto.MetricType_HISTOGRAM}[spec.Type]
-	if f.GetType() != wantType {
-		return fmt.Errorf("%s is a %s, the table says %s", f.GetName(), f.GetType(), spec.Type)
-	}
-	for _, m := range f.GetMetric() {
-		got := map[string]string{}
-		for _, lp := range m.GetLabel() {
-			got[lp.GetName()] = lp.GetValue()
-		}
-		for name, value := range got {
-			allowed, known := spec.Labels[name]
-			if !known {
-				return fmt.Errorf("%s has label %q, not in the table", f.GetName(), name)
-			}
-			if len(allowed) > 0 && !contains(allowed, value) {
-				return fmt.Errorf("%s{%s=%q}: value not among %v", f.GetName(), name, value, allowed)
-			}
-		}
-		for name := range spec.Labels {
-			if _, ok := got[name]; !ok {
-				return fmt.Errorf("%s lacks label %q", f.GetName(), name)
-			}
-		}
-	}
-	return nil
-}
-
-// counterSum adds the values of a counter family's series whose labels
-// include match.
-func counterSum(f *dto.MetricFamily, match map[string]string) float64 {
-	if f == nil {
-		return 0
-	}
-	var sum float64
-	for _, m := range f.GetMetric() {
-		got := map[string]string{}
-		for _, lp := range m.GetLabel() {
-			got[lp.GetName()] = lp.GetValue()
-		}
-		ok := true
-		for k, v := range match {
-			if got[k] != v {
-				ok = false
-			}
-		}
-		if ok && m.GetCounter() != nil {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
