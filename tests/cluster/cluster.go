@@ -125,11 +125,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c := &Cluster{keep: opts.Keep || os.Getenv("CCR_KEEP_CLUSTER") == "1"}
 	if opts.Dir == "" {
 		// etcd fsyncs; a tmpfs keeps it fast on shared disks.
-		base := ""
+		base := os.TempDir()
 		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 			base = "/dev/shm"
 		}
+		// Directories of control planes whose test process was killed.
+		proc.RemoveStale(filepath.Join(base, "ccr-cluster-*"))
 		if opts.Dir, err = os.MkdirTemp(base, "ccr-cluster-"); err != nil {
+			return nil, err
+		}
+		if err := proc.MarkOwned(opts.Dir); err != nil {
 			return nil, err
 		}
 	} else if err := os.MkdirAll(opts.Dir, 0o700); err != nil {

@@ -56,3 +56,30 @@ func TestExitCode(t *testing.T) {
 		t.Fatal("process not started with its own group and a parent-death signal")
 	}
 }
+
+func TestRemoveStale(t *testing.T) {
+	base := t.TempDir()
+	mine, dead, unowned := base+"/x-mine", base+"/x-dead", base+"/x-unowned"
+	for _, d := range []string{mine, dead, unowned} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := MarkOwned(mine); err != nil {
+		t.Fatal(err)
+	}
+	// A process that has exited: its pid is free.
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dead+"/"+ownerFile, []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	RemoveStale(base + "/x-*")
+	for d, want := range map[string]bool{mine: true, dead: false, unowned: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s exists=%v, want %v", d, err == nil, want)
+		}
+	}
+}

@@ -207,7 +207,11 @@ func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
 
 func (r *run) run(ctx context.Context) (*Result, error) {
 	var err error
+	proc.RemoveStale(filepath.Join(os.TempDir(), "ccr-run-*"))
 	if r.dir, err = os.MkdirTemp("", "ccr-run-"); err != nil {
+		return nil, err
+	}
+	if err := proc.MarkOwned(r.dir); err != nil {
 		return nil, err
 	}
 	r.defer_(func() { os.RemoveAll(r.dir) })

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
@@ -48,8 +50,12 @@ func AllocSubnet() (int, func(), error) {
 // NewRoot makes a node root directory readable by any user (containers
 // may run as non-root) with the primary network set up by SetupRoot.
 func NewRoot(pluginDir string, r *testnet.Range, subnet int) (string, error) {
+	proc.RemoveStale(filepath.Join(os.TempDir(), "ccr-node-*"))
 	root, err := os.MkdirTemp("", "ccr-node-")
 	if err != nil {
+		return "", err
+	}
+	if err := proc.MarkOwned(root); err != nil {
 		return "", err
 	}
 	if err := os.Chmod(root, 0o755); err != nil {
