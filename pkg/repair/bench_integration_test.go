@@ -42,6 +42,10 @@ import (
 // the controller's resident memory with many injected pods cached.
 //
 //	make bench-repair   (go test -tags integration -run '^$' -bench Repair -benchtime 1x ./pkg/repair)
+//
+// REPAIR_BENCH_V sets the controller's log verbosity (its log file is named
+// in the output); REPAIR_BENCH_HEAP_PROFILE=<file> saves a heap profile of
+// the controller after the RSS measurement.
 
 func BenchmarkRepairBurst100(b *testing.B)  { benchBurst(b, 100) }
 func BenchmarkRepairBurst1000(b *testing.B) { benchBurst(b, 1000) }
@@ -85,7 +89,7 @@ func startProcess(b *testing.B, c *cluster.Cluster, ns string) *controllerProc {
 		"--injected-pod-selector="+annotations.KeyInjectStatus+"="+annotations.InjectStatusInjected+","+testLabel+"="+ns,
 		"--max-repairs-per-minute=100000000", "--max-repairs-per-node-per-minute=100000000",
 		"--circuit-breaker=false", "--workers=16", "--kube-api-qps=5000", "--kube-api-burst=5000",
-		"--metrics-bind-address="+p.metrics, "--health-probe-bind-address="+p.health)
+		"--profiling", "--metrics-bind-address="+p.metrics, "--health-probe-bind-address="+p.health, "-v="+envOr("REPAIR_BENCH_V", "0"))
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	if err := p.cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -133,13 +137,16 @@ func (p *controllerProc) metric(prefix string) float64 {
 	return -1
 }
 
-func (p *controllerProc) rssMiB() float64 {
+func (p *controllerProc) rssMiB() float64 { return p.status("VmRSS:") }
+
+// status reads a kB field of /proc/<pid>/status in MiB.
+func (p *controllerProc) status(field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
+		if strings.HasPrefix(l, field) {
 			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
 			return kb / 1024
 		}
@@ -348,7 +355,7 @@ func benchRSS(b *testing.B, n int) {
 	start := time.Now()
 	createPods(b, client, ns, node, n)
 	b.Logf("created %d pods in %s", n, time.Since(start).Round(time.Second))
-	var rss, heap float64
+	var rss, heap, anon, file float64
 	for iter := 0; iter < b.N; iter++ {
 		b.ResetTimer()
 		p := startProcess(b, c, ns)
@@ -362,14 +369,17 @@ func benchRSS(b *testing.B, n int) {
 		for i := 0; i < 10; i++ {
 			time.Sleep(time.Second)
 			if r := p.rssMiB(); r > rss {
-				rss = r
+				rss, anon, file = r, p.status("RssAnon:"), p.status("RssFile:")
 			}
 		}
 		heap = p.metric("go_memstats_heap_inuse_bytes") / (1 << 20)
+		if prof := os.Getenv("REPAIR_BENCH_HEAP_PROFILE"); prof != "" {
+			saveURL(b, "http://"+p.metrics+"/debug/pprof/heap?gc=1", prof)
+		}
 		_ = p.cmd.Process.Signal(os.Interrupt)
 	}
 	b.ReportMetric(rss, "rss-MiB")
-	fmt.Printf("repair with %d injected pods cached: RSS %.1f MiB (heap in use %.1f MiB)\n", n, rss, heap)
+	fmt.Printf("repair with %d injected pods cached: RSS %.1f MiB (anonymous %.1f, file-backed %.1f; Go heap in use %.1f MiB)\n", n, rss, anon, file, heap)
 }
 
 func quantile(sorted []float64, q float64) float64 {
@@ -392,4 +402,27 @@ func mean(v []float64) float64 {
 		s += x
 	}
 	return s / float64(len(v))
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func saveURL(b *testing.B, url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Log(err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Log(err)
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
 }
