@@ -84,6 +84,11 @@ fmt:
 bench:
 	$(GOTEST) -run '^$$' -bench . -benchmem ./pkg/...
 
+## bench-cni: consul-cni ADD in fresh netns vs one iptables exec per rule (root); prints median, p99, ratio
+BENCH_CNI_ADDS ?= 100
+bench-cni: deps
+	$(GOTEST) -tags privileged -run '^$$' -bench '^BenchmarkADD$$' -benchtime $(BENCH_CNI_ADDS)x -timeout 60m ./tests/cnichain
+
 ## bench-repair: the repair controller against the local control plane, rate limit lifted:
 ## bursts of 100 and 1,000 pods turning broken (median/p99 s to eviction, actions/s) and RSS with 10,000 pods cached
 bench-repair: deps kube-bins

@@ -157,4 +157,7 @@ func TestNewKubeClientHonoursTokenFileAndTimeout(t *testing.T) {
 	if err != nil || client == nil || path != filepath.Join(dir, "kc-1") {
 		t.Fatalf("%v %q %v", client, path, err)
 	}
+	if rc := client.(*restPods); rc.client.Timeout != 3*time.Second || rc.tokenFile != filepath.Join(dir, "token") {
+		t.Fatalf("timeout %v tokenFile %q", rc.client.Timeout, rc.tokenFile)
+	}
 }

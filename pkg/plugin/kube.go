@@ -5,18 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	apitypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 )
@@ -59,23 +52,15 @@ func globEscape(s string) string {
 	return r.Replace(s)
 }
 
-// NewKubeClient builds the client from the configured kubeconfig. A
-// tokenFile in the kubeconfig is read by client-go, so a token that is
-// rotated on disk keeps working. Every request is bounded by api_timeout.
-func NewKubeClient(conf *Config) (kubernetes.Interface, string, error) {
+// NewKubeClient builds the API client from the configured kubeconfig. A
+// tokenFile in the kubeconfig is read on every request, so a token rotated
+// on disk keeps working. Every request is bounded by api_timeout.
+func NewKubeClient(conf *Config) (PodClient, string, error) {
 	path, err := ResolveKubeconfig(conf.netDir(), conf.Kubeconfig)
 	if err != nil {
 		return nil, "", err
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, path, fmt.Errorf("kubeconfig %s: %w", path, err)
-	}
-	rc.Timeout = conf.apiTimeout
-	rc.UserAgent = "consul-cni"
-	dialer := &net.Dialer{Timeout: min(conf.apiTimeout, 10*time.Second), KeepAlive: 30 * time.Second}
-	rc.Dial = dialer.DialContext
-	c, err := kubernetes.NewForConfig(rc)
+	c, err := loadKubeconfig(path, conf.apiTimeout)
 	if err != nil {
 		return nil, path, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
@@ -90,10 +75,18 @@ func retriable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err)
+	var ce *credentialsError
+	if errors.As(err, &ce) {
+		return false
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return ae.Reason == "ServerTimeout" || ae.Reason == "Timeout"
 	}
 	// Transport errors: connection refused, reset, DNS, TLS handshake
 	// timeout, ...
@@ -124,7 +117,7 @@ func retry(ctx context.Context, attempts int, base time.Duration, fn func(contex
 // statusPatch is a JSON merge patch of the transparent-proxy-status
 // annotation. With the pod's UID in it, the patch cannot land on a new pod
 // that took the old one's name.
-func statusPatch(uid apitypes.UID, status string) []byte {
+func statusPatch(uid, status string) []byte {
 	meta := map[string]any{"annotations": map[string]string{annotations.KeyTransparentProxyStatus: status}}
 	if uid != "" {
 		meta["uid"] = uid
@@ -135,20 +128,19 @@ func statusPatch(uid apitypes.UID, status string) []byte {
 
 const apiAttempts = 5
 
-func getPod(ctx context.Context, c kubernetes.Interface, ns, name string, base time.Duration) (*corev1.Pod, int, error) {
-	var pod *corev1.Pod
+func getPod(ctx context.Context, c PodClient, ns, name string, base time.Duration) (*Pod, int, error) {
+	var pod *Pod
 	n, err := retry(ctx, apiAttempts, base, func(ctx context.Context) error {
-		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := c.GetPod(ctx, ns, name)
 		pod = p
 		return err
 	})
 	return pod, n, err
 }
 
-func patchStatus(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, status string, base time.Duration) (int, error) {
+func patchStatus(ctx context.Context, c PodClient, pod *Pod, status string, base time.Duration) (int, error) {
 	body := statusPatch(pod.UID, status)
 	return retry(ctx, apiAttempts, base, func(ctx context.Context) error {
-		_, err := c.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, apitypes.MergePatchType, body, metav1.PatchOptions{FieldManager: "consul-cni"})
-		return err
+		return c.PatchPod(ctx, pod.Namespace, pod.Name, body)
 	})
 }

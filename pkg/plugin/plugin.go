@@ -18,14 +18,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
@@ -36,7 +35,7 @@ import (
 type Plugin struct {
 	// NewClient builds the Kubernetes client and says which kubeconfig it
 	// used (for messages).
-	NewClient func(conf *Config) (kubernetes.Interface, string, error)
+	NewClient func(conf *Config) (PodClient, string, error)
 	// NewExecutor returns the iptables executor for a pod namespace.
 	NewExecutor func(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error)
 	// Stdout receives the CNI result; Stderr the log unless log_file is set.
@@ -75,8 +74,8 @@ func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Log
 // pod whose status to record. skip means the pod is not ours to redirect.
 type target struct {
 	sets   []redirect.RuleSet
-	pod    *corev1.Pod
-	client kubernetes.Interface
+	pod    *Pod
+	client PodClient
 	skip   bool
 	what   string // "pod ns/name" or "Nomad allocation <container>"
 }
@@ -124,13 +123,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 
 	if tg.pod != nil {
-		n, err := patchStatus(apiCtx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
+		ctx := apiCtx
+		n, err := patchStatus(ctx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
 		if err != nil {
 			if rerr := redirect.Remove(exCtx, ex, redirect.Families); rerr != nil {
 				log.Error("removing the rules after the failed status update", "error", rerr)
 			}
 			err = fmt.Errorf("consul-cni: %s: rules applied but setting %s=%s failed after %d attempt(s), so the rules were removed and ADD fails for the runtime to retry: %w",
-				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete, n, apiHint(err, conf))
+				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete, n, apiHint(ctx, err, conf))
 			log.Error("ADD failed", "error", err)
 			return err
 		}
@@ -163,13 +163,13 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	pod, n, err := getPod(ctx, client, a.PodNamespace, a.PodName, p.RetryBase)
 	if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: reading the pod from the Kubernetes API (kubeconfig %s) failed after %d attempt(s): %w",
-			tg.what, path, n, apiHint(err, conf))
+			tg.what, path, n, apiHint(ctx, err, conf))
 	}
-	if a.PodUID != "" && string(pod.UID) != a.PodUID {
+	if a.PodUID != "" && pod.UID != a.PodUID {
 		return nil, fmt.Errorf("consul-cni: %s: the API holds a different pod of that name (uid %s, the sandbox is for uid %s)", tg.what, pod.UID, a.PodUID)
 	}
 	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
-		log.Debug("pod is not injected or has no transparent proxy status; not redirecting", "pod", tg.what)
+		log.Debug("pod is not injected or has no transparent proxy status; not redirecting")
 		tg.skip = true
 		return tg, nil
 	}
@@ -177,7 +177,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	if add {
 		if n, err := patchStatus(ctx, client, pod, annotations.TProxyStatusWaiting, p.RetryBase); err != nil {
 			return nil, fmt.Errorf("consul-cni: %s: setting %s=%s failed after %d attempt(s): %w",
-				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusWaiting, n, apiHint(err, conf))
+				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusWaiting, n, apiHint(ctx, err, conf))
 		}
 	}
 	raw, ok := pod.Annotations[annotations.KeyRedirectTrafficConfig]
@@ -197,9 +197,10 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	return tg, nil
 }
 
-func apiHint(err error, conf *Config) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w (no answer within api_timeout %s: is the API server reachable from the node?)", err, conf.apiTimeout)
+func apiHint(ctx context.Context, err error, conf *Config) error {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Errorf("%w (gave up at api_timeout %s: is the API server reachable from the node?)", err, conf.apiTimeout)
 	}
 	return err
 }

@@ -47,6 +47,33 @@ func conflistEntry(version, extra string) string {
 		`"log_level":"debug","multus":false` + extra + `,"prevResult":` + prev + `}`
 }
 
+// clientsetPods is the PodClient of the unit tests: client-go's fake
+// clientset, with its errors turned into the APIError the REST client
+// returns.
+type clientsetPods struct{ c kubernetes.Interface }
+
+func (c clientsetPods) GetPod(ctx context.Context, ns, name string) (*Pod, error) {
+	p, err := c.c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, toAPIError(err)
+	}
+	return &Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Labels: p.Labels, Annotations: p.Annotations}, nil
+}
+
+func (c clientsetPods) PatchPod(ctx context.Context, ns, name string, patch []byte) error {
+	_, err := c.c.CoreV1().Pods(ns).Patch(ctx, name, apitypes.MergePatchType, patch, metav1.PatchOptions{FieldManager: "consul-cni"})
+	return toAPIError(err)
+}
+
+func toAPIError(err error) error {
+	var s apierrors.APIStatus
+	if errors.As(err, &s) {
+		st := s.Status()
+		return &APIError{Code: int(st.Code), Reason: string(st.Reason), Message: st.Message}
+	}
+	return err
+}
+
 type env struct {
 	t       *testing.T
 	p       *Plugin
@@ -60,9 +87,9 @@ type env struct {
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirect.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
 	e.p = &Plugin{
-		NewClient: func(*Config) (kubernetes.Interface, string, error) {
+		NewClient: func(*Config) (PodClient, string, error) {
 			e.clients++
-			return e.client, "/etc/cni/net.d/ZZZ-consul-cni-kubeconfig", nil
+			return clientsetPods{e.client}, "/etc/cni/net.d/ZZZ-consul-cni-kubeconfig", nil
 		},
 		NewExecutor: func(_ context.Context, _ *Config, netns string, _ *slog.Logger) (redirect.Executor, error) {
 			return e.fake, nil
@@ -523,7 +550,7 @@ func TestDel(t *testing.T) {
 func TestStatusAndGC(t *testing.T) {
 	e := newEnv(t)
 	stdin := conflistEntry("1.1.0", "")
-	e.p.NewClient = func(c *Config) (kubernetes.Interface, string, error) { return NewKubeClient(c) }
+	e.p.NewClient = NewKubeClient
 	err := e.p.Status(args(stdin, ""))
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != types.ErrPluginNotAvailable {

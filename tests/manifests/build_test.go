@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -113,6 +114,7 @@ func TestObjects(t *testing.T) {
 		"Deployment/" + controllerName, "PodDisruptionBudget/" + controllerName, "Service/" + metricsSvcName,
 		"ServiceAccount/" + installerName, "ClusterRole/" + installerName, "ClusterRoleBinding/" + installerName,
 		"DaemonSet/" + installerName,
+		"ValidatingAdmissionPolicy/" + admissionPolicyName, "ValidatingAdmissionPolicyBinding/" + admissionPolicyName,
 		"ServiceMonitor/" + controllerName, "PrometheusRule/" + controllerName, "ConfigMap/" + dashboardCMName,
 	}
 	for _, ov := range overlayNames() {
@@ -122,7 +124,7 @@ func TestObjects(t *testing.T) {
 			for _, o := range objs {
 				id := o.GetKind() + "/" + o.GetName()
 				got = append(got, id)
-				clusterScoped := strings.HasPrefix(o.GetKind(), "Cluster") || o.GetKind() == "Namespace"
+				clusterScoped := strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "ValidatingAdmission") || o.GetKind() == "Namespace"
 				if !clusterScoped && o.GetNamespace() != namespace {
 					t.Errorf("%s: namespace %q, want %q", id, o.GetNamespace(), namespace)
 				}
@@ -602,5 +604,41 @@ func TestKubePrometheusStackExample(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("%d Prometheus Operator objects, want 2", n)
+	}
+}
+
+// TestInstallerAdmissionPolicy checks the shape of the policy that narrows
+// the installer's "patch pods" to the status annotation of pods on its own
+// node (its behaviour is proven against the API server in the integration
+// tests).
+func TestInstallerAdmissionPolicy(t *testing.T) {
+	objs := buildOverlay(t, "base")
+	var vap admissionregistrationv1.ValidatingAdmissionPolicy
+	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicy", admissionPolicyName), &vap)
+	var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicyBinding", admissionPolicyName), &b)
+	if b.Spec.PolicyName != vap.Name || len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
+		t.Errorf("binding %+v: want policy %s with validationActions [Deny]", b.Spec, vap.Name)
+	}
+	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Error("failurePolicy must be Fail")
+	}
+	matches := false
+	for _, mc := range vap.Spec.MatchConditions {
+		if strings.Contains(mc.Expression, `"`+installerSAUser+`"`) {
+			matches = true
+		}
+	}
+	if !matches {
+		t.Errorf("no matchCondition selects the installer's identity %s", installerSAUser)
+	}
+	rr := vap.Spec.MatchConstraints.ResourceRules
+	if len(rr) != 1 || strings.Join(rr[0].Resources, ",") != "pods" || len(rr[0].Operations) != 1 || rr[0].Operations[0] != admissionregistrationv1.Update {
+		t.Errorf("resourceRules %+v: want UPDATE of pods", rr)
+	}
+	for _, v := range vap.Spec.Validations {
+		if v.Reason == nil || *v.Reason != "Forbidden" || v.Message == "" {
+			t.Errorf("validation %q: want reason Forbidden and a message", v.Expression)
+		}
 	}
 }

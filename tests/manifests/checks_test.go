@@ -3,6 +3,10 @@ package manifests
 import (
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The checks above are only worth something if they reject what is wrong.
@@ -117,4 +121,69 @@ func TestRBACCheckDetectsChanges(t *testing.T) {
 	if d := wantController("base").diff(rbacOf(t, objs, namespace, controllerName)); !strings.Contains(d, "missing [get pods.core") {
 		t.Errorf("controller diff %q: want the missing pods verbs reported", d)
 	}
+}
+
+func TestScrapeChecksReject(t *testing.T) {
+	specs := sampleSpecs(t)
+	text := `# TYPE consul_cni_repair_pods_repaired_total counter
+consul_cni_repair_pods_repaired_total{namespace="a",action="evict",result="success"} 2
+consul_cni_repair_pods_repaired_total{namespace="b",action="evict",result="failure"} 1
+# TYPE consul_cni_repair_detection_to_action_seconds histogram
+consul_cni_repair_detection_to_action_seconds_bucket{action="evict",le="1"} 1
+consul_cni_repair_detection_to_action_seconds_bucket{action="evict",le="+Inf"} 1
+consul_cni_repair_detection_to_action_seconds_sum{action="evict"} 0.5
+consul_cni_repair_detection_to_action_seconds_count{action="evict"} 1
+# TYPE consul_cni_repair_workqueue_depth gauge
+consul_cni_repair_workqueue_depth{name="pods"} 0
+`
+	fams, err := parseExposition(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if err := checkFamily(specs, f); err != nil {
+			t.Errorf("valid family %s: %v", f.GetName(), err)
+		}
+	}
+	for series, want := range map[string]bool{
+		"consul_cni_repair_pods_repaired_total":                true,
+		"consul_cni_repair_detection_to_action_seconds_bucket": true,
+		"consul_cni_repair_detection_to_action_seconds_count":  true,
+		"consul_cni_repair_workqueue_depth":                    true,
+		"consul_cni_repair_workqueue_retries_total":            false,
+		"consul_cni_repair_leader":                             false,
+		"consul_cni_repair_pods_repaired_total_bucket":         false,
+	} {
+		if got := isExported(fams, series); got != want {
+			t.Errorf("isExported(%s) = %v, want %v", series, got, want)
+		}
+	}
+	if got := counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{"action": "evict"}); got != 3 {
+		t.Errorf("counterSum = %v, want 3", got)
+	}
+	if got := counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{"result": "success"}); got != 2 {
+		t.Errorf("counterSum = %v, want 2", got)
+	}
+	for _, bad := range []string{
+		"# TYPE consul_cni_repair_pods_repaired_total counter\nconsul_cni_repair_pods_repaired_total{namespace=\"a\",action=\"evict\",result=\"success\",pod=\"x\"} 1\n",
+		"# TYPE consul_cni_repair_pods_repaired_total counter\nconsul_cni_repair_pods_repaired_total{namespace=\"a\",action=\"evict\"} 1\n",
+		"# TYPE consul_cni_repair_pods_repaired_total counter\nconsul_cni_repair_pods_repaired_total{namespace=\"a\",action=\"evicted\",result=\"success\"} 1\n",
+		"# TYPE consul_cni_repair_pods_repaired_total gauge\nconsul_cni_repair_pods_repaired_total{namespace=\"a\",action=\"evict\",result=\"success\"} 1\n",
+		"# TYPE consul_cni_repair_unknown gauge\nconsul_cni_repair_unknown 1\n",
+	} {
+		fams, err := parseExposition(strings.NewReader(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if err := checkFamily(specs, f); err == nil {
+				t.Errorf("accepted:\n%s", bad)
+			}
+		}
+	}
+}
+
+func parseExposition(r *strings.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }

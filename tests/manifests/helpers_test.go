@@ -22,17 +22,18 @@ import (
 
 // Names of the deployment, as ARCHITECTURE.md fixes them.
 const (
-	namespace        = "consul-cni-repair"
-	controllerName   = "consul-cni-repair"
-	actionRoleName   = "consul-cni-repair-action"
-	installerName    = "consul-cni"
-	dashboardCMName  = "consul-cni-repair-dashboard"
-	metricsSvcName   = "consul-cni-repair-metrics"
-	imageRegistry    = "ghcr.io/consul-cni-repair/"
-	startupTaintKey  = "consul.hashicorp.com/cni-not-ready"
-	monitoringGroup  = "monitoring.coreos.com"
-	controllerSAUser = "system:serviceaccount:" + namespace + ":" + controllerName
-	installerSAUser  = "system:serviceaccount:" + namespace + ":" + installerName
+	namespace           = "consul-cni-repair"
+	controllerName      = "consul-cni-repair"
+	actionRoleName      = "consul-cni-repair-action"
+	installerName       = "consul-cni"
+	dashboardCMName     = "consul-cni-repair-dashboard"
+	metricsSvcName      = "consul-cni-repair-metrics"
+	admissionPolicyName = "consul-cni-status-annotation-only"
+	imageRegistry       = "ghcr.io/consul-cni-repair/"
+	startupTaintKey     = "consul.hashicorp.com/cni-not-ready"
+	monitoringGroup     = "monitoring.coreos.com"
+	controllerSAUser    = "system:serviceaccount:" + namespace + ":" + controllerName
+	installerSAUser     = "system:serviceaccount:" + namespace + ":" + installerName
 )
 
 // overlays are the deployable kustomizations, by name, relative to
@@ -86,11 +87,17 @@ func buildDir(dir string) ([]*unstructured.Unstructured, error) {
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
-		m, err := r.Map()
+		// Through JSON, so numbers are int64/float64 as in every
+		// unstructured object client-go makes (DeepCopy relies on it).
+		b, err := r.MarshalJSON()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
 		}
-		out = append(out, &unstructured.Unstructured{Object: m})
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
+		}
+		out = append(out, u)
 	}
 	return out, nil
 }

@@ -336,6 +336,11 @@ type External struct {
 	*Netns
 	// V4 and V6 are the addresses services in the namespace listen on.
 	V4, V6 netip.Addr
+
+	r                  *Range
+	hostVia4, hostVia6 netip.Addr
+	mu                 sync.Mutex
+	next               int
 }
 
 // NewExternal creates the external namespace. Its service addresses are
@@ -375,7 +380,37 @@ func (r *Range) NewExternal(tb TB) *External {
 			tb.Fatalf("testnet: %v", err)
 		}
 	}
-	return &External{Netns: ns, V4: svc4, V6: svc6}
+	return &External{Netns: ns, V4: svc4, V6: svc6, r: r, hostVia4: extA4, hostVia6: extA6, next: 11}
+}
+
+// AddAddress gives the external namespace one more service address of the
+// family of v6 (false: IPv4), routed from the host like V4 and V6, removed
+// when the test ends. Tests use it to tell two external destinations apart
+// (for example one excluded by CIDR and one not).
+func (e *External) AddAddress(tb TB, v6 bool) netip.Addr {
+	tb.Helper()
+	e.mu.Lock()
+	n := e.next
+	e.next++
+	e.mu.Unlock()
+	if n > 250 {
+		tb.Fatalf("testnet: out of external addresses")
+	}
+	var a, via netip.Addr
+	family, bits := "-4", "/32"
+	if v6 {
+		a, via, family, bits = Host(e.r.Subnet6(0xfffe), n), e.hostVia6, "-6", "/128"
+	} else {
+		a, via = Host(e.r.Subnet4(14, 24), n), e.hostVia4
+	}
+	if err := run("ip", "-n", e.Name, family, "addr", "add", a.String()+bits, "dev", "lo"); err != nil {
+		tb.Fatalf("testnet: %v", err)
+	}
+	tb.Cleanup(func() { _ = run("ip", family, "route", "del", a.String()+bits) })
+	if err := run("ip", family, "route", "replace", a.String()+bits, "via", via.String()); err != nil {
+		tb.Fatalf("testnet: %v", err)
+	}
+	return a
 }
 
 func run(name string, args ...string) error {

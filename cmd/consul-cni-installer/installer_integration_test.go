@@ -1,0 +1,373 @@
+//go:build integration
+
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+const kindnet = `{"cniVersion":"1.0.0","name":"kindnet","plugins":[
+ {"type":"ptp","ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]}},
+ {"type":"portmap","capabilities":{"portMappings":true}}]}`
+
+// installerPod is a pod object (never scheduled: nothing runs it) that a
+// service-account token is bound to, as a DaemonSet pod's token is.
+type installerPod struct {
+	name, tokenFile string
+	pod             *corev1.Pod
+}
+
+func newInstallerPod(t *testing.T, c *cluster.Cluster, ns, name, dir string) *installerPod {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "consul-cni",
+			NodeName:           "no-such-node",
+			Containers:         []corev1.Container{{Name: "installer", Image: "consul-cni-installer"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := &installerPod{name: name, pod: p, tokenFile: filepath.Join(dir, name, "token")}
+	ip.rotate(t, c, ns)
+	return ip
+}
+
+// rotate writes a fresh token bound to the pod, replacing the file the
+// way kubelet's atomic writer does (rename over the old one).
+func (ip *installerPod) rotate(t *testing.T, c *cluster.Cluster, ns string) string {
+	t.Helper()
+	secs := int64(3600)
+	tr, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "consul-cni", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: &secs,
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: ip.pod.Name, UID: ip.pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(ip.tokenFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := ip.tokenFile + ".new"
+	if err := os.WriteFile(tmp, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, ip.tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+type node struct {
+	root, bin, net, plugin string
+	installer              string
+}
+
+func newNode(t *testing.T) node {
+	t.Helper()
+	root := t.TempDir()
+	n := node{root: root, bin: filepath.Join(root, "opt/cni/bin"), net: filepath.Join(root, "etc/cni/net.d"),
+		plugin: filepath.Join(root, "image/consul-cni"), installer: testbin.Project(t, "consul-cni-installer")}
+	for _, d := range []string{n.bin, n.net, filepath.Dir(n.plugin)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(n.plugin, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (n node) args(sub string, extra ...string) []string {
+	return append([]string{sub, "--cni-bin-dir", n.bin, "--cni-net-dir", n.net, "--host-cni-bin-dir", n.bin,
+		"--host-cni-net-dir", n.net, "--plugin-binary", n.plugin}, extra...)
+}
+
+// start runs `consul-cni-installer run` with a kubeconfig that reads the
+// pod's token file, as simulated nodes give containers.
+func (n node) start(t *testing.T, c *cluster.Cluster, ip *installerPod) *proc.Process {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(c.Config)
+	cfg.BearerTokenFile = ip.tokenFile
+	kc := filepath.Join(filepath.Dir(ip.tokenFile), "kubeconfig")
+	if err := cluster.WriteKubeconfig(kc, cfg, ip.name); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(n.installer, n.args("run", "--kubeconfig", kc, "--resync", "2s", "-v", "2")...)
+	log, err := os.Create(filepath.Join(t.TempDir(), ip.name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	p, err := proc.Start(cmd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop(10 * time.Second)
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("%s log:\n%s", ip.name, b)
+		}
+	})
+	return p
+}
+
+func (n node) ready(t *testing.T) error {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(n.installer, n.args("ready")...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %s", err, out.String())
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s: %v", what, err)
+}
+
+// whoAmI authenticates with the plugin's kubeconfig, exactly as the plugin
+// would load it.
+func (n node) whoAmI(t *testing.T) (string, error) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(n.net, install.KubeconfigFileName))
+	if err != nil {
+		return "", err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return r.Status.UserInfo.Username, nil
+}
+
+func setupNamespace(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "consul-cni"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// What the installer's ClusterRole grants (pods get/patch), here in the
+	// test namespace.
+	if _, err := c.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "consul-cni"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "consul-cni", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// The installer binary against a real apiserver: it chains the plugin, the
+// plugin's kubeconfig authenticates through the token file (no embedded
+// token) and keeps working across kubelet's token rotation; SIGTERM leaves
+// everything; uninstall removes it.
+func TestInstallerLifecycle(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := setupNamespace(t, c)
+	n := newNode(t)
+	if err := os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ready(t); err == nil {
+		t.Fatal("ready before the installer ran")
+	}
+	a := newInstallerPod(t, c, ns, "consul-cni-a", t.TempDir())
+	p := n.start(t, c, a)
+	waitFor(t, "ready", func() error { return n.ready(t) })
+
+	user, err := n.whoAmI(t)
+	if err != nil {
+		t.Fatalf("plugin kubeconfig does not authenticate: %v", err)
+	}
+	if want := "system:serviceaccount:" + ns + ":consul-cni"; user != want {
+		t.Fatalf("plugin authenticates as %q, want %q", user, want)
+	}
+	raw, err := clientcmd.LoadFromFile(filepath.Join(n.net, install.KubeconfigFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ai := range raw.AuthInfos {
+		if ai.Token != "" || ai.TokenFile != filepath.Join(n.net, install.TokenFileName) {
+			t.Fatalf("user %s: token %q tokenFile %q", name, ai.Token, ai.TokenFile)
+		}
+	}
+
+	// kubelet rotates the pod's token: the copy follows.
+	tok2 := a.rotate(t, c, ns)
+	waitFor(t, "rotated token copied", func() error {
+		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
+		if string(b) != tok2 {
+			return errors.New("old token still in place")
+		}
+		return nil
+	})
+	if _, err := n.whoAmI(t); err != nil {
+		t.Fatalf("after rotation: %v", err)
+	}
+
+	// SIGTERM: the process exits cleanly and the node stays chained.
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("installer did not stop on SIGTERM")
+	}
+	if code, sig := p.ExitCode(); code != 0 || sig != 0 {
+		t.Fatalf("exit code %d signal %v", code, sig)
+	}
+	if err := n.ready(t); err != nil {
+		t.Fatalf("after SIGTERM: %v", err)
+	}
+
+	// Explicit uninstall.
+	out, err := exec.Command(n.installer, n.args("uninstall")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if err := n.ready(t); err == nil {
+		t.Fatal("ready after uninstall")
+	}
+	b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist"))
+	if bytes.Contains(b, []byte("consul-cni")) {
+		t.Fatalf("chain entry left after uninstall:\n%s", b)
+	}
+	for _, f := range []string{filepath.Join(n.bin, "consul-cni"), filepath.Join(n.net, install.KubeconfigFileName), filepath.Join(n.net, install.TokenFileName)} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s left after uninstall", f)
+		}
+	}
+}
+
+// A rolling update with maxSurge: the old and the new installer run on the
+// node together, each with a token bound to its own pod. Deleting the old
+// pod kills its token; the plugin's kubeconfig must then hold the new pod's
+// token (checked against the real apiserver, which rejects the old one).
+func TestRollingUpdateTokenHandover(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := setupNamespace(t, c)
+	n := newNode(t)
+	if err := os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	oldPod := newInstallerPod(t, c, ns, "consul-cni-old", dir)
+	oldProc := n.start(t, c, oldPod)
+	waitFor(t, "old installer ready", func() error { return n.ready(t) })
+
+	newPod := newInstallerPod(t, c, ns, "consul-cni-new", dir)
+	n.start(t, c, newPod)
+	// Both run for several resync periods; the plugin authenticates all along.
+	for i := 0; i < 5; i++ {
+		if _, err := n.whoAmI(t); err != nil {
+			t.Fatalf("while both installers run: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+
+	// kubelet rotates the old pod's token meanwhile, so the old token now
+	// expires after the new one: only knowing that the old pod is gone can
+	// make the new installer take over.
+	oldTok := []byte(oldPod.rotate(t, c, ns))
+	waitFor(t, "the old pod's rotated token in place", func() error {
+		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
+		if !bytes.Equal(b, oldTok) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // a resync of both: the old token stays
+	if b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName)); !bytes.Equal(b, oldTok) {
+		t.Fatal("the installers fight over the token file while both pods run")
+	}
+
+	// The DaemonSet controller deletes the old pod; its installer stops.
+	if err := c.Client.CoreV1().Pods(ns).Delete(context.Background(), oldPod.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	oldProc.Signal(syscall.SIGTERM)
+	waitFor(t, "the plugin's kubeconfig to work after the old pod is gone", func() error {
+		user, err := n.whoAmI(t)
+		if err != nil {
+			return err
+		}
+		if user != "system:serviceaccount:"+ns+":consul-cni" {
+			return fmt.Errorf("user %q", user)
+		}
+		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
+		if bytes.Equal(b, oldTok) {
+			return errors.New("the old pod's token is still in place")
+		}
+		return nil
+	})
+	// And the old token really is dead, so the handover mattered.
+	cfg := rest.AnonymousClientConfig(c.Config)
+	cfg.BearerToken = string(oldTok)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	waitFor(t, "the old pod's token to be rejected", func() error {
+		_, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if apierrors.IsUnauthorized(err) {
+			return nil
+		}
+		return fmt.Errorf("old token still accepted (err %v)", err)
+	})
+	if err := n.ready(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,259 @@
+// Command consul-cni-installer runs in the CNI DaemonSet: it installs the
+// consul-cni plugin on its node and keeps it last in the node's CNI chain.
+//
+//	consul-cni-installer [run]     install and keep the chain (default)
+//	consul-cni-installer ready     exit 0 only when the plugin is really chained (readiness probe)
+//	consul-cni-installer uninstall remove the plugin, its chain entries and files
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+)
+
+type options struct {
+	BinDir       string
+	NetDir       string
+	HostBinDir   string
+	HostNetDir   string
+	PluginBinary string
+	Kubeconfig   string
+	LogLevel     string
+	Multus       bool
+	Resync       time.Duration
+	MetricsAddr  string
+}
+
+func (o *options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.BinDir, "cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin directory as mounted in this container")
+	fs.StringVar(&o.NetDir, "cni-net-dir", "/host/etc/cni/net.d", "the host's CNI configuration directory as mounted in this container")
+	fs.StringVar(&o.HostBinDir, "host-cni-bin-dir", "/opt/cni/bin", "the CNI bin directory on the host (written into the chain entry as cni_bin_dir)")
+	fs.StringVar(&o.HostNetDir, "host-cni-net-dir", "/etc/cni/net.d", "the CNI configuration directory on the host (written into the chain entry as cni_net_dir and used for the kubeconfig's tokenFile)")
+	fs.StringVar(&o.PluginBinary, "plugin-binary", "", "the consul-cni executable to install (default: consul-cni next to this executable)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the installer (default: $KUBECONFIG, else in-cluster); the plugin's kubeconfig is derived from it")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "the plugin's log level (log_level in the chain entry): trace, debug, info, warn or error")
+	fs.BoolVar(&o.Multus, "multus", false, "the plugin runs as a Multus delegate (multus in the chain entry)")
+	fs.DurationVar(&o.Resync, "resync", 30*time.Second, "period of full passes besides file events; also bounds the age of the plugin's token copy")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
+}
+
+func (o *options) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"cni-bin-dir", o.BinDir}, {"cni-net-dir", o.NetDir},
+		{"host-cni-bin-dir", o.HostBinDir}, {"host-cni-net-dir", o.HostNetDir},
+	} {
+		if !filepath.IsAbs(f.v) {
+			return fmt.Errorf("--%s: %q is not an absolute path", f.name, f.v)
+		}
+	}
+	switch o.LogLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level: %q is not one of trace, debug, info, warn, error", o.LogLevel)
+	}
+	if o.Resync < time.Second {
+		return fmt.Errorf("--resync: %s is shorter than 1s", o.Resync)
+	}
+	if o.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+			return fmt.Errorf("--metrics-bind-address: %q: %v", o.MetricsAddr, err)
+		}
+	}
+	if o.PluginBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--plugin-binary not set and this executable's path is unknown: %v", err)
+		}
+		o.PluginBinary = filepath.Join(filepath.Dir(exe), install.PluginType)
+	}
+	return nil
+}
+
+func (o *options) config() install.Config {
+	return install.Config{
+		BinDir: o.BinDir, NetDir: o.NetDir, HostBinDir: o.HostBinDir, HostNetDir: o.HostNetDir,
+		PluginBinary: o.PluginBinary, LogLevel: o.LogLevel, Multus: o.Multus, Resync: o.Resync,
+	}
+}
+
+// restConfig follows the project's rule: --kubeconfig, else $KUBECONFIG,
+// else in-cluster.
+func (o *options) restConfig() (*rest.Config, error) {
+	path := o.Kubeconfig
+	if path == "" {
+		path = os.Getenv("KUBECONFIG")
+	}
+	if path == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	o := &options{}
+	fs := pflag.NewFlagSet("consul-cni-installer", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	addKlogFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	sub := "run"
+	switch rest := fs.Args(); len(rest) {
+	case 0:
+	case 1:
+		sub = rest[0]
+	default:
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: one subcommand expected, got %q\n", strings.Join(rest, " "))
+		return 2
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := klog.Background().WithName("installer")
+	ctx = klog.NewContext(ctx, logger)
+
+	switch sub {
+	case "run":
+		if err := runInstaller(ctx, o); err != nil {
+			logger.Error(err, "Installer failed")
+			return 1
+		}
+		return 0
+	case "ready":
+		cfg := o.config()
+		// The probe only reads files; it checks that the kubeconfig and
+		// token the run command writes are present.
+		cfg.Client = &install.ClientSource{}
+		in, err := install.New(cfg)
+		if err == nil {
+			err = in.Ready()
+		}
+		if err != nil {
+			fmt.Printf("not ready: %v\n", err)
+			return 1
+		}
+		fmt.Println("ready: consul-cni is installed and last in the runtime's CNI chain")
+		return 0
+	case "uninstall":
+		in, err := install.New(o.config())
+		if err == nil {
+			err = in.Uninstall(ctx)
+		}
+		if err != nil {
+			logger.Error(err, "Uninstall incomplete")
+			return 1
+		}
+		logger.Info("Uninstalled consul-cni from the node")
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: unknown subcommand %q (want run, ready or uninstall)\n", sub)
+		return 2
+	}
+}
+
+// addKlogFlags exposes klog's verbosity flags (-v, --vmodule); logs go to
+// stderr.
+func addKlogFlags(fs *pflag.FlagSet) {
+	gfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(gfs)
+	for _, name := range []string{"v", "vmodule"} {
+		fs.AddGoFlag(gfs.Lookup(name))
+	}
+}
+
+// podAlive asks the API whether the pod another installer's token is bound
+// to still runs (the installer may get pods).
+func podAlive(c kubernetes.Interface) install.PodAlive {
+	return func(ctx context.Context, ns, name, uid string) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return string(p.UID) == uid && p.DeletionTimestamp == nil, nil
+	}
+}
+
+func runInstaller(ctx context.Context, o *options) error {
+	logger := klog.FromContext(ctx)
+	rc, err := o.restConfig()
+	if err != nil {
+		return fmt.Errorf("client configuration: %w", err)
+	}
+	src, err := install.ClientSourceFromREST(rc)
+	if err != nil {
+		return err
+	}
+	cfg := o.config()
+	cfg.Client = &src
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	cfg.PodAlive = podAlive(client)
+	if o.MetricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		cfg.Metrics = install.NewMetrics(reg)
+		ln, err := net.Listen("tcp", o.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Metrics server stopped")
+			}
+		}()
+		defer srv.Close()
+		logger.Info("Serving metrics", "address", ln.Addr().String())
+	}
+	in, err := install.New(cfg)
+	if err != nil {
+		return err
+	}
+	logger.Info("Starting", "binDir", o.BinDir, "netDir", o.NetDir, "hostNetDir", o.HostNetDir, "plugin", o.PluginBinary, "server", src.Server)
+	return in.Run(ctx, nil)
+}

@@ -1,0 +1,641 @@
+// Package install is the consul-cni installer: it runs in the CNI DaemonSet
+// and keeps the consul-cni plugin installed and chained on its node.
+//
+// One pass (Reconcile) copies the plugin binary into the host's CNI bin
+// directory (write, then rename), refreshes the plugin's token file and
+// kubeconfig, finds the network the runtime uses (the lexically first valid
+// .conf/.conflist/.json of the CNI net directory, as containerd, CRI-O and
+// kubelet choose it), converts a single-network file into a .conflist and
+// moves the old file out of the runtime's way, and appends consul-cni as the
+// last plugin, exactly once. Run repeats the pass whenever the directories
+// change (fsnotify) and periodically; it returns on cancellation leaving
+// everything in place, so a rolling update never opens a window without the
+// plugin. Ready is the DaemonSet's readiness probe. Uninstall removes what
+// the installer added and restores converted files.
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// Config is what the installer works on. Directories come in two views:
+// as the installer sees them (BinDir, NetDir: host paths mounted into its
+// container) and as the runtime on the host sees them (HostBinDir,
+// HostNetDir: written into the chain entry and the kubeconfig).
+type Config struct {
+	BinDir     string
+	NetDir     string
+	HostBinDir string
+	HostNetDir string
+	// PluginBinary is the consul-cni executable to install.
+	PluginBinary string
+	LogLevel     string
+	Multus       bool
+	// Client is the source of the plugin's kubeconfig. When nil no
+	// kubeconfig is written (the plugin then cannot reach the API).
+	Client *ClientSource
+	// Resync is the period of full passes besides those triggered by file
+	// events; it also bounds how stale the plugin's token copy can get.
+	Resync time.Duration
+	// Debounce is how long Run waits after a file event for the writer to
+	// finish before it looks.
+	Debounce time.Duration
+	// PodAlive tells whether the pod another installer's token is bound to
+	// still runs (see token.go); nil without API access.
+	PodAlive PodAlive
+	// Recheck is how soon Run looks again while another live installer's
+	// token is in the plugin's token file.
+	Recheck time.Duration
+	Metrics *Metrics
+}
+
+// Installer keeps consul-cni installed and chained.
+type Installer struct {
+	cfg Config
+}
+
+// New checks cfg and returns an installer.
+func New(cfg Config) (*Installer, error) {
+	for _, f := range []struct{ name, v string }{
+		{"cni-bin-dir", cfg.BinDir}, {"cni-net-dir", cfg.NetDir},
+		{"host-cni-bin-dir", cfg.HostBinDir}, {"host-cni-net-dir", cfg.HostNetDir},
+	} {
+		if f.v == "" {
+			return nil, fmt.Errorf("%s must be set", f.name)
+		}
+		if !filepath.IsAbs(f.v) {
+			return nil, fmt.Errorf("%s: %q is not an absolute path", f.name, f.v)
+		}
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 200 * time.Millisecond
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = 2 * time.Second
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	return &Installer{cfg: cfg}, nil
+}
+
+// Entry is the chain entry the installer writes.
+func (in *Installer) Entry() PluginConfig {
+	return PluginConfig{
+		Name:       PluginName,
+		Type:       PluginType,
+		CNIBinDir:  in.cfg.HostBinDir,
+		CNINetDir:  in.cfg.HostNetDir,
+		Kubeconfig: KubeconfigFileName,
+		LogLevel:   in.cfg.LogLevel,
+		Multus:     in.cfg.Multus,
+	}
+}
+
+// Status is the outcome of one pass.
+type Status struct {
+	// Primary is the network file the runtime reads (container view),
+	// empty while there is none.
+	Primary string
+	// Waiting is true when no valid network configuration exists yet.
+	Waiting bool
+	// PluginDir is the primary network's plugin directory when the entry
+	// lives there.
+	PluginDir string
+	// Wrote lists what this pass changed.
+	Wrote []string
+	// Recheck is true while the token file holds the token of another
+	// installer that still runs (a rolling update): look again soon.
+	Recheck bool
+}
+
+// Reconcile makes one pass: binary, token and kubeconfig, then the chain.
+// Nothing is chained unless the binary is in place.
+func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
+	log := klog.FromContext(ctx)
+	var st Status
+	st, err := in.reconcile(ctx, st)
+	switch {
+	case err != nil:
+		in.cfg.Metrics.reconciled("error", false)
+	case st.Waiting:
+		in.cfg.Metrics.reconciled("waiting", false)
+	default:
+		in.cfg.Metrics.reconciled("chained", true)
+	}
+	if len(st.Wrote) > 0 {
+		log.Info("Updated the node's CNI installation", "wrote", st.Wrote, "primary", st.Primary)
+	}
+	return st, err
+}
+
+func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
+	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return st, err
+		}
+	}
+	if in.cfg.PluginBinary == "" {
+		return st, errors.New("no plugin binary to install")
+	}
+	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, PluginType)
+	if err != nil {
+		return st, err
+	}
+	if changed {
+		st.Wrote = append(st.Wrote, "binary")
+		in.cfg.Metrics.wrote("binary")
+	}
+	if in.cfg.Client != nil {
+		w, recheck, err := in.writeCredentials(ctx)
+		if err != nil {
+			return st, err
+		}
+		st.Wrote = append(st.Wrote, w...)
+		st.Recheck = recheck
+	}
+	return in.ensureChain(ctx, st)
+}
+
+// writeCredentials writes the token copy (see token.go for which token
+// wins when another installer runs too) and the kubeconfig when they differ
+// from what is on disk.
+func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
+	tok, err := in.cfg.Client.token()
+	if err != nil {
+		return nil, false, err
+	}
+	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
+	write := true
+	if cur, err := os.ReadFile(tokenPath); err == nil {
+		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
+	}
+	if write {
+		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
+			return nil, false, fmt.Errorf("writing the plugin's token file: %w", err)
+		}
+		wrote = append(wrote, "token")
+		in.cfg.Metrics.wrote("token")
+	}
+	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
+	if err != nil {
+		return nil, false, err
+	}
+	kcPath := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+	if cur, err := os.ReadFile(kcPath); err != nil || string(cur) != string(kc) {
+		if err := writeAtomic(kcPath, kc, 0o600); err != nil {
+			return nil, false, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
+		}
+		wrote = append(wrote, "kubeconfig")
+		in.cfg.Metrics.wrote("kubeconfig")
+	}
+	return wrote, recheck, nil
+}
+
+// ensureChain makes the primary network end with the entry. Each step
+// rescans the directory, since every write changes what the runtime sees.
+func (in *Installer) ensureChain(ctx context.Context, st Status) (Status, error) {
+	log := klog.FromContext(ctx)
+	entry := in.Entry().json()
+	for attempt := 0; attempt < 10; attempt++ {
+		cands, err := ScanConfDir(in.cfg.NetDir)
+		if err != nil {
+			return st, err
+		}
+		p, bad, ok := Primary(cands)
+		for _, b := range bad {
+			log.Info("Skipping an invalid CNI configuration file", "file", b.Path, "err", b.Err.Error())
+		}
+		if !ok {
+			st.Waiting, st.Primary = true, ""
+			return st, nil
+		}
+		st.Waiting, st.Primary = false, p.Path
+		if !p.List {
+			err := in.convert(p, entry)
+			if errors.Is(err, errConflict) {
+				continue
+			}
+			if err != nil {
+				return st, fmt.Errorf("converting %s into a configuration list: %w", p.Path, err)
+			}
+			st.Wrote = append(st.Wrote, "convert "+filepath.Base(p.Path))
+			in.cfg.Metrics.wrote("convert")
+			continue
+		}
+		changed, pluginDir, err := in.chainList(p, entry)
+		st.PluginDir = pluginDir
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("chaining consul-cni into %s: %w", p.Path, err)
+		}
+		if !changed {
+			return st, nil
+		}
+		st.Wrote = append(st.Wrote, "chain "+filepath.Base(p.Path))
+		in.cfg.Metrics.wrote("chain")
+	}
+	return st, errors.New("the CNI configuration kept changing while it was being chained; will retry")
+}
+
+// chainList makes the configuration list end with the entry, inline or, for
+// a network that takes plugins from its plugin directory, as the last file
+// there.
+func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginDir string, err error) {
+	l, err := decodeList(p.Raw)
+	if err != nil {
+		return false, "", err
+	}
+	inDir, err := usesPluginDir(p.Path, l)
+	if err != nil {
+		return false, "", err
+	}
+	ours, err := pluginDirFiles(p.Path, l.name(), true)
+	if err != nil {
+		return false, "", err
+	}
+	if !inDir {
+		out, ch, err := ChainInline(p.Raw, entry)
+		if err != nil {
+			return false, "", err
+		}
+		if ch {
+			if err := replaceIfUnchanged(p.Path, p.Raw, out); err != nil {
+				return false, "", err
+			}
+		}
+		for _, f := range ours {
+			if err := removeIfExists(f); err != nil {
+				return false, "", err
+			}
+		}
+		return ch || len(ours) > 0, "", nil
+	}
+	pluginDir = filepath.Join(filepath.Dir(p.Path), l.name())
+	out, ch, err := UnchainInline(p.Raw)
+	if err != nil {
+		return false, pluginDir, err
+	}
+	if ch {
+		if err := replaceIfUnchanged(p.Path, p.Raw, out); err != nil {
+			return false, pluginDir, err
+		}
+		changed = true
+	}
+	foreign, err := pluginDirFiles(p.Path, l.name(), false)
+	if err != nil {
+		return false, pluginDir, err
+	}
+	target := filepath.Join(pluginDir, pluginDirEntryName(foreign))
+	for _, f := range ours {
+		if f != target {
+			if err := removeIfExists(f); err != nil {
+				return false, pluginDir, err
+			}
+			changed = true
+		}
+	}
+	if cur, err := os.ReadFile(target); err != nil || !sameJSON(cur, entry) {
+		body, err := marshalConfig(json.RawMessage(entry))
+		if err != nil {
+			return false, pluginDir, err
+		}
+		if err := writeAtomic(target, body, 0o644); err != nil {
+			return false, pluginDir, err
+		}
+		changed = true
+	}
+	return changed, pluginDir, nil
+}
+
+// convert writes <stem>.conflist holding the single network of p followed
+// by the entry, then renames p out of the runtime's way (p + BackupSuffix).
+// The new list is written before the old file moves, so the runtime always
+// finds a network. A .conflist of the same stem that was not made by an
+// earlier conversion is kept aside too.
+func (in *Installer) convert(p Candidate, entry []byte) error {
+	out, err := ConvertSingle(p.Raw, entry)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(p.Path)
+	if err != nil {
+		return err
+	}
+	target := strings.TrimSuffix(p.Path, filepath.Ext(p.Path)) + ".conflist"
+	backup := p.Path + BackupSuffix
+	if exists(target) && !exists(backup) {
+		if err := os.Rename(target, freeName(target+BackupSuffix)); err != nil {
+			return err
+		}
+	}
+	if err := writeAtomic(target, out, st.Mode().Perm()); err != nil {
+		return err
+	}
+	cur, err := os.ReadFile(p.Path)
+	if err != nil {
+		return err
+	}
+	if string(cur) != string(p.Raw) {
+		return errConflict
+	}
+	return os.Rename(p.Path, backup)
+}
+
+// freeName returns path, or path with a numeric suffix when path exists.
+func freeName(path string) string {
+	if !exists(path) {
+		return path
+	}
+	for i := 1; ; i++ {
+		p := fmt.Sprintf("%s.%d", path, i)
+		if !exists(p) {
+			return p
+		}
+	}
+}
+
+// Run keeps the plugin installed and chained until ctx is cancelled. It
+// makes a pass at once, after every change in the watched directories
+// (debounced) and every Resync. ready, when not nil, receives the outcome of
+// each pass. Cancellation (SIGTERM) leaves everything in place.
+func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
+	log := klog.FromContext(ctx)
+	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("starting the file watcher: %w", err)
+	}
+	defer w.Close()
+	// watched maps each watched directory to the inode the watch is on.
+	watched := map[string]uint64{}
+	watch := func(dir string) {
+		if dir == "" {
+			return
+		}
+		ino := inode(dir)
+		if ino == 0 {
+			return
+		}
+		if old, ok := watched[dir]; ok && old == ino {
+			return
+		}
+		if err := w.Add(dir); err != nil {
+			log.V(2).Info("Cannot watch directory yet", "dir", dir, "err", err.Error())
+			return
+		}
+		watched[dir] = ino
+	}
+	rewatch := func(st Status) {
+		// A watch follows the directory, not its path: a directory removed,
+		// recreated or swapped is watched again.
+		for d, ino := range watched {
+			if inode(d) != ino {
+				_ = w.Remove(d)
+				delete(watched, d)
+			}
+		}
+		watch(in.cfg.NetDir)
+		watch(in.cfg.BinDir)
+		if in.cfg.Client != nil && in.cfg.Client.TokenFile != "" {
+			watch(filepath.Dir(in.cfg.Client.TokenFile))
+		}
+		watch(st.PluginDir)
+	}
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	defer recheck.Stop()
+	waiting := false
+	pass := func() {
+		st, err := in.Reconcile(ctx)
+		if st.Recheck {
+			recheck.Reset(in.cfg.Recheck)
+		}
+		switch {
+		case err != nil:
+			log.Error(err, "CNI installation pass failed; will retry")
+		case st.Waiting && !waiting:
+			log.Info("Waiting for the primary CNI to write its network configuration", "dir", in.cfg.NetDir)
+		}
+		waiting = err == nil && st.Waiting
+		rewatch(st)
+		if ready != nil {
+			ready(st, err)
+		}
+	}
+	rewatch(Status{})
+	pass()
+
+	resync := time.NewTicker(in.cfg.Resync)
+	defer resync.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("Stopping; the installation stays in place (only uninstall removes it)")
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			if isOwnTemp(ev.Name) {
+				continue
+			}
+			log.V(4).Info("File event", "event", ev.String())
+			debounce.Reset(in.cfg.Debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			log.Error(err, "File watcher error; relying on the periodic pass")
+		case <-debounce.C:
+			pass()
+		case <-recheck.C:
+			pass()
+		case <-resync.C:
+			pass()
+		}
+	}
+}
+
+// inode returns the inode of path, 0 when it cannot be read.
+func inode(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Ino
+	}
+	return 0
+}
+
+func isOwnTemp(path string) bool {
+	b := filepath.Base(path)
+	return strings.HasPrefix(b, ".") && strings.HasSuffix(b, ".tmp")
+}
+
+// Ready returns nil only when the plugin binary is installed (identical to
+// PluginBinary) and consul-cni is the last plugin, exactly once, of the
+// network the runtime reads, with its kubeconfig and token in place.
+// Otherwise the error says what is missing.
+func (in *Installer) Ready() error {
+	bin := filepath.Join(in.cfg.BinDir, PluginType)
+	st, err := os.Stat(bin)
+	if err != nil {
+		return fmt.Errorf("plugin binary: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("plugin binary %s is not an executable file", bin)
+	}
+	if in.cfg.PluginBinary != "" {
+		same, err := sameBinary(in.cfg.PluginBinary, bin)
+		if err != nil {
+			return fmt.Errorf("comparing plugin binaries: %w", err)
+		}
+		if !same {
+			return fmt.Errorf("plugin binary %s differs from %s", bin, in.cfg.PluginBinary)
+		}
+	}
+	cands, err := ScanConfDir(in.cfg.NetDir)
+	if err != nil {
+		return err
+	}
+	p, _, ok := Primary(cands)
+	if !ok {
+		return fmt.Errorf("no valid CNI network configuration in %s yet", in.cfg.NetDir)
+	}
+	if !p.List {
+		return fmt.Errorf("the runtime reads %s, a single-network file without consul-cni", p.Path)
+	}
+	s := State(p.Network)
+	switch {
+	case s.Count == 0:
+		return fmt.Errorf("consul-cni is not in the chain of %s (network %q)", p.Path, p.Network.Name)
+	case !s.Last:
+		return fmt.Errorf("consul-cni is not the last plugin, exactly once, of %s (%d entries)", p.Path, s.Count)
+	}
+	if in.cfg.Client != nil {
+		var e PluginConfig
+		if err := json.Unmarshal(s.Entry, &e); err != nil {
+			return fmt.Errorf("consul-cni entry of %s: %w", p.Path, err)
+		}
+		kc := filepath.Join(in.cfg.NetDir, e.Kubeconfig)
+		if filepath.IsAbs(e.Kubeconfig) || e.Kubeconfig == "" {
+			kc = filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+		}
+		if _, err := clientcmd.LoadFromFile(kc); err != nil {
+			return fmt.Errorf("plugin kubeconfig: %w", err)
+		}
+		tok, err := os.ReadFile(filepath.Join(in.cfg.NetDir, TokenFileName))
+		if err != nil {
+			return fmt.Errorf("plugin token: %w", err)
+		}
+		if len(tok) == 0 {
+			return errors.New("plugin token file is empty")
+		}
+	}
+	return nil
+}
+
+// Uninstall removes what the installer added: converted files are
+// restored, consul-cni entries leave every configuration list (inline and
+// plugin directories), and the kubeconfig, token and binary are removed, in
+// that order (no chain ever names a missing binary). It must run only once
+// no installer runs on the node any more.
+func (in *Installer) Uninstall(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	var errs []error
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	entries, err := os.ReadDir(in.cfg.NetDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	// Single-network files first, then lists the conversion set aside.
+	for _, pass := range []func(orig string) bool{
+		func(orig string) bool { e := filepath.Ext(orig); return e == ".conf" || e == ".json" },
+		func(orig string) bool { return filepath.Ext(orig) == ".conflist" },
+	} {
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), BackupSuffix) {
+				continue
+			}
+			backup := filepath.Join(in.cfg.NetDir, e.Name())
+			orig := strings.TrimSuffix(backup, BackupSuffix)
+			if !pass(orig) || !exists(backup) {
+				continue
+			}
+			if filepath.Ext(orig) == ".conflist" {
+				if !exists(orig) {
+					keep(os.Rename(backup, orig))
+					log.Info("Restored a configuration list set aside by a conversion", "file", orig)
+				}
+				continue
+			}
+			converted := strings.TrimSuffix(orig, filepath.Ext(orig)) + ".conflist"
+			if exists(orig) {
+				// The primary CNI rewrote its file since: the backup is stale.
+				keep(removeIfExists(backup))
+			} else {
+				keep(os.Rename(backup, orig))
+				log.Info("Restored a converted network configuration", "file", orig)
+			}
+			if b, err := os.ReadFile(converted); err == nil && listHasPlugin(b) {
+				keep(removeIfExists(converted))
+			}
+		}
+	}
+	cands, err := ScanConfDir(in.cfg.NetDir)
+	keep(err)
+	for _, c := range cands {
+		if !c.List || c.Raw == nil {
+			continue
+		}
+		out, changed, err := UnchainInline(c.Raw)
+		if err != nil {
+			continue // not a list we can edit; nothing of ours can be in it
+		}
+		if changed {
+			keep(replaceIfUnchanged(c.Path, c.Raw, out))
+			log.Info("Removed consul-cni from a configuration list", "file", c.Path)
+		}
+		if l, err := decodeList(c.Raw); err == nil {
+			ours, err := pluginDirFiles(c.Path, l.name(), true)
+			keep(err)
+			for _, f := range ours {
+				keep(removeIfExists(f))
+			}
+		}
+	}
+	keep(removeIfExists(filepath.Join(in.cfg.NetDir, KubeconfigFileName)))
+	keep(removeIfExists(filepath.Join(in.cfg.NetDir, TokenFileName)))
+	keep(removeIfExists(filepath.Join(in.cfg.BinDir, PluginType)))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,776 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// node is a fake host: the installer's container view is the host path
+// itself here (the two views only differ inside a pod).
+type node struct {
+	root, bin, net, src, token string
+}
+
+func newNode(t *testing.T) node {
+	t.Helper()
+	root := t.TempDir()
+	n := node{
+		root:  root,
+		bin:   filepath.Join(root, "opt/cni/bin"),
+		net:   filepath.Join(root, "etc/cni/net.d"),
+		src:   filepath.Join(root, "image/consul-cni"),
+		token: filepath.Join(root, "sa/token"),
+	}
+	writeFiles(t, root, map[string]string{
+		"image/consul-cni": "#!/bin/sh\necho plugin v1\n",
+		"sa/token":         "token-1\n",
+	})
+	for _, d := range []string{n.bin, n.net} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func (n node) installer(t *testing.T, mutate ...func(*Config)) *Installer {
+	t.Helper()
+	cfg := Config{
+		BinDir: n.bin, NetDir: n.net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
+		PluginBinary: n.src, LogLevel: "info",
+		Client:   &ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: n.token},
+		Resync:   time.Hour,
+		Debounce: 20 * time.Millisecond,
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	in, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// containerdView loads the network the way containerd's CRI plugin does
+// (go-cni with the default of one network): the first file of the sorted
+// .conf/.conflist/.json list, strictly.
+func containerdView(dir string) (*libcni.NetworkConfigList, string, error) {
+	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(files) == 0 {
+		return nil, "", errors.New("no network config found")
+	}
+	sort.Strings(files)
+	f := files[0]
+	if strings.HasSuffix(f, ".conflist") {
+		l, err := libcni.ConfListFromFile(f)
+		return l, f, err
+	}
+	c, err := libcni.ConfFromFile(f)
+	if err != nil {
+		return nil, f, err
+	}
+	if c.Network.Type == "" {
+		return nil, f, errors.New("network type not found")
+	}
+	l, err := libcni.ConfListFromConf(c)
+	return l, f, err
+}
+
+func chainTypes(l *libcni.NetworkConfigList) []string {
+	var out []string
+	for _, p := range l.Plugins {
+		out = append(out, p.Network.Type)
+	}
+	return out
+}
+
+// assertRuntimeChained fails unless the runtime's network ends with exactly
+// one consul-cni entry and starts with want.
+func assertRuntimeChained(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	l, f, err := containerdView(dir)
+	if err != nil {
+		t.Fatalf("containerd would not load %s: %v", dir, err)
+	}
+	got := strings.Join(chainTypes(l), ",")
+	if exp := strings.Join(append(want, PluginType), ","); got != exp {
+		t.Fatalf("runtime chain from %s = %s, want %s", filepath.Base(f), got, exp)
+	}
+}
+
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+const (
+	flannelConf = `{"name":"cbr0","cniVersion":"0.3.1","type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}}`
+	bridgeJSON  = `{"name":"br","cniVersion":"1.0.0","type":"bridge","bridge":"cni0","ipam":{"type":"host-local","subnet":"10.1.0.0/16"}}`
+)
+
+func TestReconcilePrimaries(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		files     map[string]string
+		wantTypes []string // the primary's plugins before consul-cni
+		wantFiles []string // files that must exist afterwards
+		gone      []string // files that must not
+	}{
+		{name: "conflist", files: map[string]string{"10-kindnet.conflist": kindnet}, wantTypes: []string{"ptp", "portmap"}},
+		{name: "conf converted", files: map[string]string{"10-flannel.conf": flannelConf},
+			wantTypes: []string{"flannel"},
+			wantFiles: []string{"10-flannel.conflist", "10-flannel.conf" + BackupSuffix}, gone: []string{"10-flannel.conf"}},
+		{name: "json converted", files: map[string]string{"05-br.json": bridgeJSON, "10-kindnet.conflist": kindnet},
+			wantTypes: []string{"bridge"},
+			wantFiles: []string{"05-br.conflist", "05-br.json" + BackupSuffix, "10-kindnet.conflist"}},
+		{name: "conf shadowing a foreign conflist of the same stem", files: map[string]string{
+			"10-flannel.conf": flannelConf, "10-flannel.conflist": kindnet},
+			wantTypes: []string{"flannel"},
+			wantFiles: []string{"10-flannel.conflist", "10-flannel.conf" + BackupSuffix, "10-flannel.conflist" + BackupSuffix}},
+		{name: "invalid file before the primary", files: map[string]string{
+			"00-half-written.conflist": `{"name":"x","plugins":[{"ty`, "10-kindnet.conflist": kindnet},
+			wantTypes: nil /* containerd refuses the broken first file; checked below */},
+		{name: "consul-cni in the middle and twice", files: map[string]string{
+			"10-n.conflist": `{"name":"n","cniVersion":"1.0.0","plugins":[` + string(testEntry) + `,{"type":"ptp","ipam":{"type":"host-local"}},` + string(testEntry) + `,{"type":"tuning"}]}`},
+			wantTypes: []string{"ptp", "tuning"}},
+		{name: "plugins only in the plugin directory", files: map[string]string{
+			"10-dir.conflist":       `{"name":"dirnet","cniVersion":"1.1.0"}`,
+			"dirnet/10-ptp.conf":    `{"type":"ptp","ipam":{"type":"host-local"}}`,
+			"dirnet/20-tuning.conf": `{"type":"tuning"}`},
+			wantTypes: []string{"ptp", "tuning"}, wantFiles: []string{"dirnet/" + pluginDirFile}},
+		{name: "inline plugins and plugin directory", files: map[string]string{
+			"10-dir.conflist":    `{"name":"dirnet","cniVersion":"1.1.0","plugins":[{"type":"bridge"},` + string(testEntry) + `]}`,
+			"dirnet/10-ptp.conf": `{"type":"ptp"}`},
+			wantTypes: []string{"bridge", "ptp"}, wantFiles: []string{"dirnet/" + pluginDirFile}},
+		{name: "plugin directory ignored when only inlined plugins load", files: map[string]string{
+			"10-dir.conflist":    `{"name":"dirnet","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}`,
+			"dirnet/10-ptp.conf": `{"type":"ptp"}`},
+			wantTypes: []string{"bridge"}, gone: []string{"dirnet/" + pluginDirFile}},
+		{name: "plugin directory sorting after ours", files: map[string]string{
+			"10-dir.conflist":      `{"name":"dirnet","cniVersion":"1.1.0"}`,
+			"dirnet/zzzz-foo.conf": `{"type":"tuning"}`},
+			wantTypes: []string{"tuning"}, wantFiles: []string{"dirnet/zzzz-foo.conf-" + pluginDirFile}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			writeFiles(t, n.net, tc.files)
+			before := snapshot(t, n.net)
+			in := n.installer(t)
+			ctx := context.Background()
+			st, err := in.Reconcile(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Waiting || st.Primary == "" {
+				t.Fatalf("status %+v", st)
+			}
+			if tc.wantTypes != nil {
+				assertRuntimeChained(t, n.net, tc.wantTypes...)
+			} else {
+				// A strict runtime fails on the broken first file; the first
+				// valid one (what CRI-O and kubelet use) is chained.
+				c, _ := ScanConfDir(n.net)
+				p, _, _ := Primary(c)
+				if s := State(p.Network); !s.Last {
+					t.Fatalf("first valid network not chained: %+v", s)
+				}
+			}
+			if err := in.Ready(); err != nil {
+				t.Fatalf("Ready after install: %v", err)
+			}
+			for _, f := range tc.wantFiles {
+				if !exists(filepath.Join(n.net, f)) {
+					t.Errorf("%s missing; have %v", f, keys(snapshot(t, n.net)))
+				}
+			}
+			for _, f := range tc.gone {
+				if exists(filepath.Join(n.net, f)) {
+					t.Errorf("%s still there", f)
+				}
+			}
+			// Idempotent: a second pass writes nothing.
+			after := snapshot(t, n.net)
+			st2, err := in.Reconcile(ctx)
+			if err != nil || len(st2.Wrote) != 0 {
+				t.Fatalf("second pass wrote %v (err %v)", st2.Wrote, err)
+			}
+			if again := snapshot(t, n.net); fmt.Sprint(again) != fmt.Sprint(after) {
+				t.Errorf("second pass changed files")
+			}
+
+			// Uninstall brings back what was there (configuration lists as
+			// equal JSON, everything else byte for byte).
+			if err := in.Uninstall(ctx); err != nil {
+				t.Fatal(err)
+			}
+			restored := snapshot(t, n.net)
+			for name, body := range before {
+				got, ok := restored[name]
+				switch {
+				case !ok:
+					t.Errorf("uninstall lost %s", name)
+				case strings.HasSuffix(name, ".conflist") && strings.Contains(body, PluginType):
+					out, _, _ := UnchainInline([]byte(body))
+					if !sameJSON([]byte(got), out) {
+						t.Errorf("%s after uninstall:\n%s", name, got)
+					}
+				case strings.HasSuffix(name, ".conflist"):
+					if got != body && !sameJSON([]byte(got), []byte(body)) {
+						t.Errorf("%s after uninstall:\n%s\nwant\n%s", name, got, body)
+					}
+				case got != body:
+					t.Errorf("%s after uninstall:\n%s\nwant\n%s", name, got, body)
+				}
+			}
+			for name := range restored {
+				if _, ok := before[name]; !ok {
+					t.Errorf("uninstall left %s", name)
+				}
+			}
+			if exists(filepath.Join(n.bin, PluginType)) {
+				t.Errorf("binary left after uninstall")
+			}
+			if err := in.Ready(); err == nil {
+				t.Errorf("Ready after uninstall")
+			}
+		})
+	}
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestReconcileWaitsForPrimary(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	st, err := in.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Waiting {
+		t.Fatalf("status %+v, want waiting", st)
+	}
+	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "no valid CNI network configuration") {
+		t.Fatalf("Ready = %v", err)
+	}
+	// The binary and credentials are in place already; nothing else is.
+	for _, f := range []string{filepath.Join(n.bin, PluginType), filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName)} {
+		if !exists(f) {
+			t.Errorf("%s missing", f)
+		}
+	}
+	c, _ := ScanConfDir(n.net)
+	if len(c) != 0 {
+		t.Errorf("installer created a network configuration on its own: %v", c)
+	}
+}
+
+func TestBinaryAtomicCopy(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(n.bin, PluginType)
+	st1, _ := os.Stat(dst)
+	if st1.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v", st1.Mode())
+	}
+	// Keep the old binary open as a running plugin would: the update must
+	// replace the directory entry, not rewrite the file in place.
+	old, err := os.Open(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	writeFiles(t, n.root, map[string]string{"image/consul-cni": "#!/bin/sh\necho plugin v2\n"})
+	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Fatalf("Ready with an outdated binary = %v", err)
+	}
+	st, err := in.Reconcile(context.Background())
+	if err != nil || fmt.Sprint(st.Wrote) != "[binary]" {
+		t.Fatalf("wrote %v, err %v", st.Wrote, err)
+	}
+	got, _ := os.ReadFile(dst)
+	if !strings.Contains(string(got), "v2") {
+		t.Errorf("binary not updated: %s", got)
+	}
+	oldBody := make([]byte, 100)
+	k, _ := old.ReadAt(oldBody, 0)
+	if !strings.Contains(string(oldBody[:k]), "v1") {
+		t.Errorf("the open old binary was modified in place: %q", oldBody[:k])
+	}
+	if err := in.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	// No temporary files left behind.
+	ents, _ := os.ReadDir(n.bin)
+	if len(ents) != 1 {
+		t.Errorf("bin dir holds %v", ents)
+	}
+}
+
+func TestReadyFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, n node, in *Installer)
+		wantErr string
+	}{
+		{name: "no binary", setup: func(t *testing.T, n node, in *Installer) {
+			writeFiles(t, n.net, map[string]string{"10-a.conflist": `{"name":"a","plugins":[{"type":"ptp"},` + string(testEntry) + `]}`})
+		}, wantErr: "plugin binary"},
+		{name: "single network file read by the runtime", setup: func(t *testing.T, n node, in *Installer) {
+			reconcile(t, in)
+			writeFiles(t, n.net, map[string]string{"00-new.conf": flannelConf})
+		}, wantErr: "single-network file"},
+		{name: "primary rewritten without consul-cni", setup: func(t *testing.T, n node, in *Installer) {
+			reconcile(t, in)
+			writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+		}, wantErr: "not in the chain"},
+		{name: "new primary sorts first", setup: func(t *testing.T, n node, in *Installer) {
+			reconcile(t, in)
+			writeFiles(t, n.net, map[string]string{"05-calico.conflist": kindnet})
+		}, wantErr: "not in the chain of " + "X/05-calico.conflist"},
+		{name: "another plugin appended after ours", setup: func(t *testing.T, n node, in *Installer) {
+			reconcile(t, in)
+			p := filepath.Join(n.net, "10-kindnet.conflist")
+			b, _ := os.ReadFile(p)
+			var m map[string]any
+			json.Unmarshal(b, &m)
+			m["plugins"] = append(m["plugins"].([]any), map[string]any{"type": "bandwidth"})
+			b, _ = json.Marshal(m)
+			os.WriteFile(p, b, 0o644)
+		}, wantErr: "not the last plugin"},
+		{name: "kubeconfig missing", setup: func(t *testing.T, n node, in *Installer) {
+			reconcile(t, in)
+			os.Remove(filepath.Join(n.net, KubeconfigFileName))
+		}, wantErr: "plugin kubeconfig"},
+		{name: "token missing", setup: func(t *testing.T, n node, in *Installer) {
+			reconcile(t, in)
+			os.Remove(filepath.Join(n.net, TokenFileName))
+		}, wantErr: "plugin token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			in := n.installer(t)
+			writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+			tc.setup(t, n, in)
+			err := in.Ready()
+			want := strings.ReplaceAll(tc.wantErr, "X/", n.net+"/")
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Ready = %v, want an error containing %q", err, want)
+			}
+			// And a pass repairs every one of them.
+			reconcile(t, in)
+			if err := in.Ready(); err != nil {
+				t.Fatalf("Ready after a pass: %v", err)
+			}
+			assertRuntimeChainedAny(t, n.net)
+		})
+	}
+}
+
+func reconcile(t *testing.T, in *Installer) Status {
+	t.Helper()
+	st, err := in.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func assertRuntimeChainedAny(t *testing.T, dir string) {
+	t.Helper()
+	l, f, err := containerdView(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := State(l); !s.Last {
+		t.Fatalf("runtime network %s: %v", f, chainTypes(l))
+	}
+}
+
+func TestReplaceIfUnchangedConflict(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "10-a.conflist")
+	os.WriteFile(p, []byte("v1"), 0o640)
+	os.WriteFile(p, []byte("v2"), 0o640) // another writer got there first
+	if err := replaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, errConflict) {
+		t.Fatalf("err = %v, want conflict", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "v2" {
+		t.Fatalf("the other writer's content was lost: %s", b)
+	}
+	if err := replaceIfUnchanged(p, []byte("v2"), []byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(p)
+	if b, _ := os.ReadFile(p); string(b) != "mine" || st.Mode().Perm() != 0o640 {
+		t.Fatalf("content %q mode %v", b, st.Mode())
+	}
+}
+
+func TestPluginKubeconfig(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	reconcile(t, in)
+	kc := filepath.Join(n.net, KubeconfigFileName)
+	body, _ := os.ReadFile(kc)
+	if strings.Contains(string(body), "token-1") {
+		t.Fatalf("kubeconfig embeds the token:\n%s", body)
+	}
+	raw, err := clientcmd.LoadFromFile(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := raw.Contexts[raw.CurrentContext]
+	if ctx == nil {
+		t.Fatalf("no current context in\n%s", body)
+	}
+	cl, ai := raw.Clusters[ctx.Cluster], raw.AuthInfos[ctx.AuthInfo]
+	if cl == nil || ai == nil {
+		t.Fatalf("incomplete kubeconfig\n%s", body)
+	}
+	if cl.Server != "https://10.96.0.1:443" || string(cl.CertificateAuthorityData) != "CA" {
+		t.Errorf("server %q CA %q", cl.Server, cl.CertificateAuthorityData)
+	}
+	if ai.TokenFile != "/etc/cni/net.d/"+TokenFileName || ai.Token != "" {
+		t.Errorf("token %q tokenFile %q, want only tokenFile at the host path", ai.Token, ai.TokenFile)
+	}
+	tok := filepath.Join(n.net, TokenFileName)
+	if b, _ := os.ReadFile(tok); string(b) != "token-1" {
+		t.Errorf("token copy %q", b)
+	}
+	if st, _ := os.Stat(tok); st.Mode().Perm() != 0o600 {
+		t.Errorf("token mode %v", st.Mode())
+	}
+
+	// kubelet rotates the projected token by swapping a symlink; the next
+	// pass copies the new one and leaves the kubeconfig alone.
+	swapToken(t, n, "token-2")
+	st := reconcile(t, in)
+	if fmt.Sprint(st.Wrote) != "[token]" {
+		t.Errorf("wrote %v, want [token]", st.Wrote)
+	}
+	if b, _ := os.ReadFile(tok); string(b) != "token-2" {
+		t.Errorf("token copy %q after rotation", b)
+	}
+}
+
+// swapToken replaces the installer's token the way kubelet's atomic writer
+// updates a projected volume: a new timestamped directory and a symlink
+// renamed over ..data; "token" itself is a symlink into ..data.
+func swapToken(t *testing.T, n node, token string) {
+	t.Helper()
+	dir := filepath.Dir(n.token)
+	if fi, err := os.Lstat(n.token); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+		os.Remove(n.token)
+		if err := os.Symlink("..data/token", n.token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := fmt.Sprintf("..%d", time.Now().UnixNano())
+	writeFiles(t, dir, map[string]string{ts + "/token": token})
+	tmp := filepath.Join(dir, "..data_tmp")
+	os.Remove(tmp)
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClientSourceFromREST(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	os.WriteFile(ca, []byte("CAFILE"), 0o644)
+	for _, tc := range []struct {
+		name    string
+		cfg     *rest.Config
+		want    ClientSource
+		wantErr string
+	}{
+		{name: "in-cluster", cfg: &rest.Config{Host: "https://10.96.0.1:443", BearerToken: "t", BearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token",
+			TLSClientConfig: rest.TLSClientConfig{CAFile: ca}},
+			want: ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CAFILE"), TokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token", Token: "t"}},
+		{name: "host without scheme", cfg: &rest.Config{Host: "127.0.0.1:6443", BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("X"), ServerName: "kubernetes"}},
+			want: ClientSource{Server: "https://127.0.0.1:6443", CAData: []byte("X"), Token: "t", TLSServerName: "kubernetes"}},
+		{name: "client certificate", cfg: &rest.Config{Host: "https://h", TLSClientConfig: rest.TLSClientConfig{CertData: []byte("c"), KeyData: []byte("k")}},
+			wantErr: "client certificate"},
+		{name: "no server", cfg: &rest.Config{BearerToken: "t"}, wantErr: "no server"},
+		{name: "missing CA file", cfg: &rest.Config{Host: "https://h", BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(dir, "nope")}},
+			wantErr: "CA file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ClientSourceFromREST(tc.cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tc.want) {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// runInstaller starts Run and returns a function that waits for a pass
+// whose status satisfies cond.
+type runner struct {
+	mu     sync.Mutex
+	passes []Status
+	errs   []error
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func startRun(t *testing.T, in *Installer) *runner {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runner{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		r.done <- in.Run(ctx, func(st Status, err error) {
+			r.mu.Lock()
+			r.passes = append(r.passes, st)
+			r.errs = append(r.errs, err)
+			r.mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *runner) stop(t *testing.T) {
+	t.Helper()
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run did not stop")
+		}
+	})
+}
+
+// waitFor polls cond with a generous deadline (shared, noisy machines).
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s: %v", what, err)
+}
+
+func TestRunWatchesAndReappends(t *testing.T) {
+	n := newNode(t)
+	reg := prometheus.NewRegistry()
+	in := n.installer(t, func(c *Config) { c.Metrics = NewMetrics(reg) })
+	r := startRun(t, in)
+
+	// No primary yet: the installer waits and is not ready.
+	waitFor(t, "a waiting pass", func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.passes) == 0 || !r.passes[0].Waiting {
+			return errors.New("no waiting pass yet")
+		}
+		return nil
+	})
+	if err := in.Ready(); err == nil {
+		t.Fatal("ready without a primary network")
+	}
+
+	// The primary CNI writes its configuration: chained without a resync.
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	waitFor(t, "chained", in.Ready)
+	assertRuntimeChained(t, n.net, "ptp", "portmap")
+
+	// The primary CNI rewrites its file (e.g. after its own restart).
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": strings.Replace(kindnet, "1500", "1450", 1)})
+	waitFor(t, "re-chained after rewrite", in.Ready)
+	assertRuntimeChained(t, n.net, "ptp", "portmap")
+	if b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist")); !strings.Contains(string(b), "1450") {
+		t.Errorf("the primary's new content was lost:\n%s", b)
+	}
+
+	// A different CNI takes over with a file that sorts first, as a .conf.
+	writeFiles(t, n.net, map[string]string{"05-flannel.conf": flannelConf})
+	waitFor(t, "new primary converted and chained", in.Ready)
+	assertRuntimeChained(t, n.net, "flannel")
+
+	// Somebody deletes the plugin binary.
+	os.Remove(filepath.Join(n.bin, PluginType))
+	waitFor(t, "binary restored", in.Ready)
+
+	// kubelet rotates the service-account token.
+	swapToken(t, n, "token-rotated")
+	waitFor(t, "token copy refreshed", func() error {
+		b, _ := os.ReadFile(filepath.Join(n.net, TokenFileName))
+		if string(b) != "token-rotated" {
+			return fmt.Errorf("token copy %q", b)
+		}
+		return nil
+	})
+
+	// SIGTERM: Run returns and leaves everything in place.
+	r.stop(t)
+	if err := in.Ready(); err != nil {
+		t.Fatalf("after stop: %v", err)
+	}
+	assertRuntimeChained(t, n.net, "flannel")
+	if testutil.ToFloat64(in.cfg.Metrics.Chained) != 1 {
+		t.Errorf("consul_cni_installer_chained = %v", testutil.ToFloat64(in.cfg.Metrics.Chained))
+	}
+	if c := testutil.ToFloat64(in.cfg.Metrics.Writes.WithLabelValues("chain")); c < 2 {
+		t.Errorf("consul_cni_installer_writes_total{what=chain} = %v", c)
+	}
+}
+
+func TestRunSurvivesDirectoryReplacement(t *testing.T) {
+	// The net dir is swapped for another directory (atomically, so no event
+	// reaches the old watch): the periodic pass repairs the chain, and the
+	// watch moves to the new directory.
+	n := newNode(t)
+	in := n.installer(t, func(c *Config) { c.Resync = 100 * time.Millisecond })
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	startRun(t, in)
+	waitFor(t, "chained", in.Ready)
+	tmp := n.net + ".new"
+	writeFiles(t, tmp, map[string]string{"10-kindnet.conflist": kindnet})
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, n.net, unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "chained again", in.Ready)
+	assertRuntimeChained(t, n.net, "ptp", "portmap")
+}
+
+func TestBinaryCorruptedInPlace(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	reconcile(t, in)
+	dst := filepath.Join(n.bin, PluginType)
+	// Same size, other bytes, written in place (its time changes).
+	time.Sleep(10 * time.Millisecond)
+	b, _ := os.ReadFile(dst)
+	b[len(b)-2] ^= 0xff
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Fatalf("Ready with a corrupted binary = %v", err)
+	}
+	if st := reconcile(t, in); fmt.Sprint(st.Wrote) != "[binary]" {
+		t.Fatalf("wrote %v", st.Wrote)
+	}
+	if err := in.Ready(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkReady measures the readiness probe's work on a node with a
+// plugin binary of realistic size (40 MB): it must not read the binary.
+func BenchmarkReady(b *testing.B) {
+	root := b.TempDir()
+	n := node{root: root, bin: filepath.Join(root, "bin"), net: filepath.Join(root, "net"),
+		src: filepath.Join(root, "consul-cni"), token: filepath.Join(root, "token")}
+	os.MkdirAll(n.bin, 0o755)
+	os.MkdirAll(n.net, 0o755)
+	os.WriteFile(n.src, make([]byte, 40<<20), 0o755)
+	os.WriteFile(n.token, []byte("t"), 0o600)
+	os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644)
+	in, err := New(Config{BinDir: n.bin, NetDir: n.net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
+		PluginBinary: n.src, Client: &ClientSource{Server: "https://h", TokenFile: n.token}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := in.Ready(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReconcileSteadyState is the cost of a pass that finds
+// everything in place (every resync and every file event).
+func BenchmarkReconcileSteadyState(b *testing.B) {
+	root := b.TempDir()
+	bin, net := filepath.Join(root, "bin"), filepath.Join(root, "net")
+	os.MkdirAll(bin, 0o755)
+	os.MkdirAll(net, 0o755)
+	src, token := filepath.Join(root, "consul-cni"), filepath.Join(root, "token")
+	os.WriteFile(src, make([]byte, 40<<20), 0o755)
+	os.WriteFile(token, []byte("t"), 0o600)
+	os.WriteFile(filepath.Join(net, "10-kindnet.conflist"), []byte(kindnet), 0o644)
+	in, _ := New(Config{BinDir: bin, NetDir: net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
+		PluginBinary: src, Client: &ClientSource{Server: "https://h", TokenFile: token}})
+	ctx := klog.NewContext(context.Background(), klog.Background().V(10))
+	in.Reconcile(ctx)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st, err := in.Reconcile(ctx)
+		if err != nil || len(st.Wrote) != 0 {
+			b.Fatalf("%v %v", st.Wrote, err)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package install
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the installer's Prometheus metrics (prefix consul_cni_).
+type Metrics struct {
+	Reconciles *prometheus.CounterVec
+	Writes     *prometheus.CounterVec
+	Chained    prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consul_cni_installer_reconciles_total",
+			Help: "Passes over the node's CNI configuration, by result (chained, waiting: no primary network yet, error).",
+		}, []string{"result"}),
+		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consul_cni_installer_writes_total",
+			Help: "Files the installer wrote, by what (binary, kubeconfig, token, chain, convert).",
+		}, []string{"what"}),
+		Chained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consul_cni_installer_chained",
+			Help: "1 when consul-cni is the last plugin of the network the runtime reads and its binary is installed.",
+		}),
+	}
+	reg.MustRegister(m.Reconciles, m.Writes, m.Chained)
+	return m
+}
+
+func (m *Metrics) wrote(what string) {
+	if m != nil {
+		m.Writes.WithLabelValues(what).Inc()
+	}
+}
+
+func (m *Metrics) reconciled(result string, chained bool) {
+	if m == nil {
+		return
+	}
+	m.Reconciles.WithLabelValues(result).Inc()
+	if chained {
+		m.Chained.Set(1)
+	} else {
+		m.Chained.Set(0)
+	}
+}
