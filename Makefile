@@ -40,7 +40,7 @@ deps:
 
 ## kube-bins: kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 (cold: ~15 min on 2 cores)
 kube-bins:
-	@./hack/build-kube.sh $(KUBE_BIN)
+	@./hack/build-kube.sh $(abspath $(KUBE_BIN))
 
 ## cni-bins: reference CNI plugins pinned in go.mod
 cni-bins:
@@ -74,6 +74,8 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags privileged ./...
 	$(GO) vet -tags integration ./...
+	@# -trimpath as in hack/build-kube.sh, so this vet and the kube build share the compiled k8s packages
+	cd tests/kube && $(GO) vet -trimpath ./...
 	cd tests/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
 
 fmt:

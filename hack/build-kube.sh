@@ -5,9 +5,11 @@
 set -euo pipefail
 out=${1:?usage: build-kube.sh OUTDIR}
 version=v1.37.2
-cd "$(dirname "$0")/../tests/kube"
+# Resolve OUTDIR against the caller's directory before moving into the
+# module (a relative path would otherwise land under tests/kube).
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/../tests/kube"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
 	if [ -x "$out/$c" ] && [ "$("$out/$c" --version 2>/dev/null)" = "Kubernetes ${version}" ] && [ "$out/$c" -nt go.sum ]; then

@@ -485,7 +485,7 @@ func WriteKubeconfig(path string, cfg *rest.Config, user string) error {
 		ca = b
 	}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: ca}
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: ca, TLSServerName: cfg.TLSClientConfig.ServerName}
 	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, TokenFile: cfg.BearerTokenFile}
 	if cfg.Impersonate.UserName != "" {
 		kc.AuthInfos[user].Impersonate = cfg.Impersonate.UserName

@@ -15,7 +15,9 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -102,9 +104,15 @@ func (n *Node) runtimeConf(pod *corev1.Pod, sb *sandbox) *libcni.RuntimeConf {
 	}
 }
 
+// cniConfig runs the plugins from the node's bin dir; what they print on
+// stderr goes to the node's CNI log (containerd puts it in its own log).
 func (n *Node) cniConfig() *libcni.CNIConfig {
-	return libcni.NewCNIConfigWithCacheDir([]string{binDir(n.cfg.Root)}, cacheDir(n.cfg.Root), nil)
+	ex := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: n.cniLog}, PluginDecoder: version.PluginDecoder{}}
+	return libcni.NewCNIConfigWithCacheDir([]string{binDir(n.cfg.Root)}, cacheDir(n.cfg.Root), ex)
 }
+
+// CNILog is the file that receives the plugins' stderr.
+func (n *Node) CNILog() string { return filepath.Join(logsDir(n.cfg.Root), "..", "cni.log") }
 
 // createSandbox makes the pod's network namespace and runs CNI ADD for the
 // loopback network and the node's current network. On failure everything

@@ -178,12 +178,25 @@ func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		}
 		set(e.Name, val)
 	}
+	// Values from the pod spec are container paths and get rebased; the
+	// ones the node provides (host PATH, KUBECONFIG) are host paths already.
+	fromSpec := map[string]bool{}
+	for _, k := range order {
+		fromSpec[k] = true
+	}
+	delete(fromSpec, "PATH")
+	delete(fromSpec, "HOSTNAME")
+	for _, e := range c.Env {
+		fromSpec[e.Name] = true
+	}
 	if _, ok := vars["KUBECONFIG"]; !ok {
 		set("KUBECONFIG", v.kubeconfig)
 	}
 	env := make([]string, 0, len(order))
 	for _, k := range order {
-		vars[k] = rb.value(vars[k])
+		if fromSpec[k] {
+			vars[k] = rb.value(vars[k])
+		}
 		env = append(env, k+"="+vars[k])
 	}
 	return env, vars, nil

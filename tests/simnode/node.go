@@ -118,6 +118,7 @@ type Node struct {
 	netReadyMsg string
 	stopOnce    sync.Once
 	api         *apiProxy
+	cniLog      *os.File
 }
 
 func (c *Config) defaults() error {
@@ -172,21 +173,26 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{cfg: cfg, client: cfg.Client, workers: map[types.UID]*podWorker{}}
+	var err error
+	if n.cniLog, err = os.OpenFile(n.CNILog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, err
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.bcast = record.NewBroadcaster(record.WithContext(n.ctx))
 	n.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
 	n.recorder = n.bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.Name})
 	n.checkNetwork()
-	var err error
 	if n.api, err = startAPIProxy(cfg.NodeIP, cfg.RestConfig.Host); err != nil {
 		n.cancel()
 		n.bcast.Shutdown()
+		n.cniLog.Close()
 		return nil, fmt.Errorf("simnode %s: node-local API endpoint: %w", cfg.Name, err)
 	}
 	if err := n.register(ctx); err != nil {
 		n.cancel()
 		n.bcast.Shutdown()
 		n.api.close()
+		n.cniLog.Close()
 		return nil, err
 	}
 	n.wg.Add(1)
@@ -564,6 +570,7 @@ func (n *Node) Stop() {
 		n.wg.Wait()
 		n.bcast.Shutdown()
 		n.api.close()
+		n.cniLog.Close()
 		if !n.cfg.KeepNode {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

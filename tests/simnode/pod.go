@@ -264,7 +264,7 @@ func (w *podWorker) exited(pod *corev1.Pod, c *container) {
 	w.reap(pod, c)
 	c.waiting, c.waitMsg = "", ""
 	if w.willRestart(pod, c) {
-		d := w.backoff(c.runs + 1)
+		d := w.backoff(c.runs)
 		c.nextStart = time.Now().Add(d)
 		if d > 0 {
 			c.waiting = "CrashLoopBackOff"
@@ -284,7 +284,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod, c *container) {
 		c.prev, c.last = c.last, &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: err.Error(), StartedAt: now, FinishedAt: now}
 		c.waiting, c.waitMsg = "", ""
 		if w.willRestart(pod, c) {
-			c.nextStart = time.Now().Add(w.backoff(c.runs + 1))
+			c.nextStart = time.Now().Add(w.backoff(c.runs))
 			c.waiting = "CrashLoopBackOff"
 		}
 		return

@@ -1,0 +1,870 @@
+package scenario
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+)
+
+// Mode is one of the three runs.
+type Mode string
+
+const (
+	NoRepair   Mode = "no-repair"
+	Repair     Mode = "repair"
+	Prevention Mode = "prevention"
+)
+
+// Modes in the order the demo runs them.
+var Modes = []Mode{NoRepair, Repair, Prevention}
+
+// Config of one run. Zero fields take the defaults in brackets.
+type Config struct {
+	Mode Mode
+	// Pods is the Deployment's replicas [3].
+	Pods int
+	// CNIDelay is how long after the pods run (prevention: after the
+	// Deployment is created) the plugin is chained on the node [5s].
+	CNIDelay time.Duration
+	// Observe is the shortest observation after the plugin is chained [15s].
+	Observe time.Duration
+	// Timeout bounds the wait for every pod to be meshed after the plugin
+	// is chained, in the runs that expect it [3m].
+	Timeout time.Duration
+	// Settle is how long all pods must stay meshed to end early [3s].
+	Settle time.Duration
+	// ProbeInterval is the probers' interval [250ms].
+	ProbeInterval time.Duration
+	// DirectChain appends consul-cni to the conflist from the test instead
+	// of deploying the installer DaemonSet (no-repair only; the default
+	// when the tree has no installer).
+	DirectChain bool
+	// MinPodAge is the controller's --min-pod-age [10s]; RepairArgs are
+	// more controller flags.
+	MinPodAge  time.Duration
+	RepairArgs []string
+	// Progress, when set, is called about once a second.
+	Progress func(Progress)
+}
+
+func (c *Config) defaults() {
+	if c.Pods == 0 {
+		c.Pods = 3
+	}
+	if c.CNIDelay == 0 {
+		c.CNIDelay = 5 * time.Second
+	}
+	if c.Observe == 0 {
+		c.Observe = 15 * time.Second
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 3 * time.Minute
+	}
+	if c.Settle == 0 {
+		c.Settle = 3 * time.Second
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 250 * time.Millisecond
+	}
+	if c.MinPodAge == 0 {
+		c.MinPodAge = 10 * time.Second
+	}
+}
+
+// Progress is a run's state, reported while it runs.
+type Progress struct {
+	Mode  Mode
+	Phase string
+	// Elapsed since the run started; SinceCNI since the plugin was chained
+	// (negative before).
+	Elapsed, SinceCNI                                    time.Duration
+	Pods, Live, Meshed, Bypassing, EverBypassed, Actions int
+}
+
+// PodResult is one pod's record.
+type PodResult struct {
+	Name    string `json:"name"`
+	UID     string `json:"uid"`
+	IP      string `json:"ip,omitempty"`
+	Meshed  int    `json:"meshed"`
+	Bypass  int    `json:"bypass"`
+	Errors  int    `json:"errors"`
+	Deleted bool   `json:"deleted"`
+	// ExternalConnections is what the external service saw from the pod's
+	// IP: a second witness of bypass.
+	ExternalConnections int `json:"external_connections"`
+}
+
+// Result of one run (the JSON of the demo report's scenarios).
+type Result struct {
+	Name           string `json:"name"`
+	Pods           int    `json:"pods"`
+	EverBypassed   int    `json:"ever_bypassed"`
+	BypassingAtEnd int    `json:"bypassing_at_end"`
+	// SecondsToAllMeshed counts from the moment the plugin was chained on
+	// the node until every pod of the Deployment was meshed; null when they
+	// were not all meshed at the end.
+	SecondsToAllMeshed *float64 `json:"seconds_to_all_meshed"`
+	// Actions is the number of pods the repair controller evicted or
+	// deleted (its consul_cni_repair_pods_repaired_total, successes).
+	Actions int `json:"actions"`
+	// PodsSeen counts every pod that existed during the run.
+	PodsSeen int `json:"pods_seen"`
+	// Control is the no-repair run's pod created after the plugin was
+	// chained (not counted above).
+	Control         *PodResult  `json:"control,omitempty"`
+	SecondsObserved float64     `json:"seconds_observed"`
+	Chain           string      `json:"chain"`
+	PodResults      []PodResult `json:"pod_results"`
+}
+
+var (
+	runMu  sync.Mutex
+	runSeq int
+)
+
+// Run runs one scenario and tears everything it made down.
+func Run(ctx context.Context, e *Env, cfg Config) (*Result, error) {
+	cfg.defaults()
+	if err := e.Supports(cfg.Mode); err != nil {
+		return nil, err
+	}
+	if e.Bins.Installer == "" {
+		cfg.DirectChain = true
+	}
+	if cfg.DirectChain && cfg.Mode != NoRepair {
+		return nil, fmt.Errorf("the %s run needs the installer DaemonSet (DirectChain is for no-repair only)", cfg.Mode)
+	}
+	runMu.Lock()
+	runSeq++
+	id := fmt.Sprintf("%s-s%d-%d", cfg.Mode, e.Range.Slot, runSeq)
+	runMu.Unlock()
+	r := &run{e: e, cfg: cfg, id: id, cs: e.Cluster.Client, start: time.Now()}
+	defer r.cleanup()
+	return r.run(ctx)
+}
+
+type run struct {
+	e     *Env
+	cfg   Config
+	id    string
+	cs    kubernetes.Interface
+	start time.Time
+
+	ns         string
+	node       *simnode.Node
+	root       string
+	release    func()
+	dir        string
+	controller *proc.Process
+	metrics    string
+	ds         bool
+	cniAt      time.Time
+	tr         *tracker
+	phase      string
+	live       []*podTrack
+	cleanups   []func()
+}
+
+func (r *run) logf(format string, args ...any) {
+	r.e.Logf("[%s %5.1fs] %s", r.cfg.Mode, time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *run) cleanup() {
+	r.logf("cleaning up")
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+	r.logf("cleaned up")
+}
+
+func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
+
+func (r *run) run(ctx context.Context) (*Result, error) {
+	var err error
+	if r.dir, err = os.MkdirTemp("", "ccr-run-"); err != nil {
+		return nil, err
+	}
+	r.defer_(func() { os.RemoveAll(r.dir) })
+
+	r.setPhase("starting the node")
+	if err := r.startNode(ctx); err != nil {
+		return nil, err
+	}
+	ns, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "race-" + string(r.cfg.Mode) + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	r.ns = ns.Name
+	r.defer_(func() {
+		_ = r.cs.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
+	})
+	r.tr = newTracker(r.root, r.ns)
+	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		_, err := r.cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return nil, fmt.Errorf("namespace %s: no default service account: %w", r.ns, err)
+	}
+
+	if r.cfg.Mode != NoRepair {
+		if err := r.applyCNIManifests(ctx, false); err != nil {
+			return nil, err
+		}
+		if err := r.startController(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	r.setPhase(fmt.Sprintf("deploying %d injected pods", r.cfg.Pods))
+	if err := r.deploy(ctx); err != nil {
+		return nil, err
+	}
+	if r.cfg.Mode == Prevention {
+		r.setPhase("pods wait for the node's CNI")
+		if err := r.wait(ctx, r.cfg.CNIDelay); err != nil {
+			return nil, err
+		}
+		pods, err := r.pods(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				return nil, fmt.Errorf("prevention: pod %s was scheduled onto %s before its CNI was ready", p.Name, p.Spec.NodeName)
+			}
+		}
+	} else {
+		r.setPhase("pods starting on the primary network only")
+		if err := r.waitRunning(ctx); err != nil {
+			return nil, err
+		}
+		r.setPhase(fmt.Sprintf("pods run; consul-cni arrives in %s", r.cfg.CNIDelay))
+		if err := r.wait(ctx, r.cfg.CNIDelay); err != nil {
+			return nil, err
+		}
+	}
+
+	r.setPhase("chaining consul-cni on the node")
+	if r.cfg.DirectChain {
+		err = r.chainDirectly(ctx)
+	} else if err = r.applyCNIManifests(ctx, false); err == nil {
+		err = r.applyCNIManifests(ctx, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		ok, err := r.chained()
+		if ok {
+			r.cniAt = time.Now()
+		}
+		r.tick(ctx)
+		return ok, err
+	}); err != nil {
+		return nil, fmt.Errorf("consul-cni never appeared in %s: %w%s", r.node.ConfDir(), err, r.installerLogs())
+	}
+	r.logf("consul-cni chained on %s: %s", r.node.Name(), r.chainString())
+	if r.cfg.Mode == NoRepair {
+		// A pod that lands now gets the plugin: it must be meshed, which
+		// shows that the others bypass because of when their sandbox was
+		// made, not because the plugin or the probe is broken.
+		if err := r.createControl(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	expectMeshed := r.cfg.Mode != NoRepair
+	r.setPhase("observing traffic")
+	var res *Result
+	for {
+		live := r.tick(ctx)
+		now := time.Now()
+		allMeshed, at := r.allMeshed(live)
+		since := now.Sub(r.cniAt)
+		done := since >= r.cfg.Observe && (!expectMeshed || (allMeshed && now.Sub(at) >= r.cfg.Settle))
+		if done || since >= r.cfg.Observe+r.cfg.Timeout {
+			res = r.result(ctx, live, now)
+			break
+		}
+		if err := r.wait(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
+	r.setPhase("done")
+	return res, nil
+}
+
+func (r *run) setPhase(p string) {
+	r.phase = p
+	r.logf("%s", p)
+	r.report(nil)
+}
+
+func (r *run) wait(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		step := min(time.Second, time.Until(end))
+		if err := sleepCtx(ctx, step); err != nil {
+			return err
+		}
+		r.tick(ctx)
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	end := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(end) {
+			return errTimeout
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// nodeLabel marks the run's node; the installer DaemonSet is pinned to it.
+const nodeLabel = "scenario.consul-cni-repair.test/run"
+
+func (r *run) startNode(ctx context.Context) error {
+	idx, release, err := simnode.AllocSubnet()
+	if err != nil {
+		return err
+	}
+	r.defer_(release)
+	if r.root, err = simnode.NewRoot(r.e.Bins.CNIPlugins, r.e.Range, idx); err != nil {
+		return err
+	}
+	r.defer_(func() { os.RemoveAll(r.root) })
+	cfg := simnode.Config{
+		Name:       "race-" + r.id,
+		Client:     r.e.Cluster.Client,
+		RestConfig: r.e.Cluster.Config,
+		Root:       r.root,
+		Labels:     map[string]string{nodeLabel: r.id},
+		Programs: map[string]string{
+			"podprog":                  r.e.Bins.PodProg,
+			"consul-k8s-control-plane": r.e.Bins.PodProg,
+			"consul-dataplane":         r.e.Bins.PodProg,
+		},
+		Range:     r.e.Range,
+		PodSubnet: r.e.Range.Subnet4(idx, 24),
+		SyncRetry: 2 * time.Second,
+		Logf:      r.logf,
+	}
+	if r.e.Bins.Installer != "" {
+		cfg.Programs["consul-cni-installer"] = r.e.Bins.Installer
+	}
+	if r.e.Bins.Check != "" {
+		cfg.Programs["consul-cni-check"] = r.e.Bins.Check
+	}
+	if r.cfg.Mode == Prevention {
+		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	n, err := simnode.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	r.node = n
+	r.defer_(n.Stop)
+	return n.WaitReady(ctx)
+}
+
+// Deployment is the name of the injected Deployment.
+const Deployment = "web"
+
+// redirectConfig is what the consul-k8s webhook writes for a pod with
+// transparent proxy and the CNI plugin on (see consul-compat.md).
+const redirectConfig = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,` +
+	`"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,` +
+	`"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
+
+// InjectedPodTemplate is a pod as the consul-k8s connect-inject webhook
+// leaves it with transparent proxy and the CNI plugin: its markers, the
+// connect-init init container (UID 5996), the dataplane sidecar (UID 5995,
+// here a stand-in answering "proxy" on 15001 and 20000) and the app, a
+// prober of the external service.
+func InjectedPodTemplate(name, nodeName string, service string, interval time.Duration) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels: map[string]string{"app": name, annotations.KeyInjectStatus: annotations.InjectStatusInjected},
+			Annotations: map[string]string{
+				annotations.KeyInjectStatus:            annotations.InjectStatusInjected,
+				annotations.KeyTransparentProxyStatus:  annotations.TProxyStatusEnabled,
+				annotations.KeyRedirectTrafficConfig:   redirectConfig,
+				annotations.KeyDualStack:               "false",
+				"consul.hashicorp.com/connect-service": name,
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},
+			TerminationGracePeriodSeconds: ptr.To(int64(5)),
+			InitContainers: []corev1.Container{{
+				Name:            annotations.InitContainerName,
+				Image:           "hashicorp/consul-k8s-control-plane:1.6.2",
+				Command:         []string{"consul-k8s-control-plane", "connect-init"},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.InitUID)), RunAsGroup: ptr.To(int64(annotations.InitUID))},
+			}},
+			Containers: []corev1.Container{
+				{
+					Name:  ProberContainer,
+					Image: "example.com/race/podprog:1.0",
+					Args:  []string{"probe", "--target=" + service, "--interval=" + interval.String()},
+				},
+				{
+					Name:            "consul-dataplane",
+					Image:           "hashicorp/consul-dataplane:1.6.2",
+					Args:            []string{"proxy", "--outbound=15001", "--inbound=20000"},
+					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.ProxyUID)), RunAsGroup: ptr.To(int64(annotations.ProxyUID))},
+					ReadinessProbe: &corev1.Probe{
+						ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(20000)}},
+						PeriodSeconds: 2,
+					},
+				},
+			},
+		},
+	}
+}
+
+func (r *run) deploy(ctx context.Context) error {
+	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: Deployment, Namespace: r.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(r.cfg.Pods)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": Deployment}},
+			Template: tmpl,
+		},
+	}
+	_, err := r.cs.AppsV1().Deployments(r.ns).Create(ctx, dep, metav1.CreateOptions{})
+	return err
+}
+
+func (r *run) pods(ctx context.Context) ([]corev1.Pod, error) {
+	l, err := r.cs.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + Deployment})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+func (r *run) waitRunning(ctx context.Context) error {
+	var last string
+	err := waitFor(ctx, 3*time.Minute, func() (bool, error) {
+		pods, err := r.pods(ctx)
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		last = fmt.Sprintf("%d of %d running", running, r.cfg.Pods)
+		r.tick(ctx)
+		return running == r.cfg.Pods, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pods of %s/%s did not all run (%s): %w", r.ns, Deployment, last, err)
+	}
+	return nil
+}
+
+// ControlPod is the pod the no-repair run creates once the plugin is
+// chained.
+const ControlPod = "control"
+
+func (r *run) createControl(ctx context.Context) error {
+	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	pod.Name, pod.Namespace = ControlPod, r.ns
+	_, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
+	return err
+}
+
+// applyCNIManifests applies the CNI part of the kustomize base: namespace,
+// the installer's RBAC and admission policy, and (withDaemonSet) the
+// installer DaemonSet, pinned to this run's node.
+func (r *run) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
+	files := []string{"base/namespace.yaml", "base/cni/rbac.yaml", "base/cni/admission-policy.yaml"}
+	if withDaemonSet {
+		files = []string{"base/cni/daemonset.yaml"}
+	}
+	objs, err := readManifests(r.e.Manifests, files...)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			// Only this run's node (other tests may have nodes in the
+			// same control plane); everything else as the manifest says.
+			if ds.Spec.Template.Spec.NodeSelector == nil {
+				ds.Spec.Template.Spec.NodeSelector = map[string]string{}
+			}
+			ds.Spec.Template.Spec.NodeSelector[nodeLabel] = r.id
+			r.ds = true
+			r.defer_(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
+		}
+	}
+	return apply(ctx, r.cs, objs)
+}
+
+func (r *run) deleteDaemonSet(ns, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	// Let the node finalize the installer pod before it stops.
+	_ = waitFor(ctx, time.Minute, func() (bool, error) {
+		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
+		return err == nil && len(l.Items) == 0, nil
+	})
+	_ = waitFor(ctx, time.Minute, func() (bool, error) {
+		_, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// chainDirectly does what the installer does, from the test: copy the
+// plugin, write its kubeconfig (the installer's service account, through
+// the node's API endpoint) and append it to the node's conflist.
+func (r *run) chainDirectly(ctx context.Context) error {
+	if err := r.applyCNIManifests(ctx, false); err != nil {
+		return err
+	}
+	if err := simnode.CopyExecutable(r.e.Bins.ConsulCNI, filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
+		return err
+	}
+	tok, err := r.e.Cluster.ServiceAccountToken(ctx, "consul-cni-repair", "consul-cni", time.Hour)
+	if err != nil {
+		return err
+	}
+	kc := &rest.Config{Host: r.node.APIServer(), BearerToken: tok,
+		TLSClientConfig: rest.TLSClientConfig{CAData: r.e.Cluster.CAData, ServerName: "127.0.0.1"}}
+	if err := cluster.WriteKubeconfig(filepath.Join(r.node.ConfDir(), "ZZZ-consul-cni-kubeconfig"), kc, "consul-cni"); err != nil {
+		return err
+	}
+	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var conf map[string]any
+	if err := json.Unmarshal(b, &conf); err != nil {
+		return err
+	}
+	conf["plugins"] = append(conf["plugins"].([]any), map[string]any{
+		"type":        "consul-cni",
+		"log_level":   "info",
+		"multus":      false,
+		"kubeconfig":  "ZZZ-consul-cni-kubeconfig",
+		"cni_bin_dir": r.node.BinDir(),
+		"cni_net_dir": r.node.ConfDir(),
+		"state_dir":   filepath.Join(r.root, "var", "run", "consul-cni"),
+	})
+	out, _ := json.MarshalIndent(conf, "", "  ")
+	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(file+".tmp", file)
+}
+
+// chained reports whether the node's network (as a sandbox created now
+// would get it) has consul-cni, with the binary in place.
+func (r *run) chained() (bool, error) {
+	if _, err := os.Stat(filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
+		return false, nil
+	}
+	files, _ := filepath.Glob(filepath.Join(r.node.ConfDir(), "*.conflist"))
+	sort.Strings(files)
+	if len(files) == 0 {
+		return false, nil
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		return false, nil
+	}
+	var conf struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if json.Unmarshal(b, &conf) != nil {
+		return false, nil
+	}
+	for _, p := range conf.Plugins {
+		if p.Type == "consul-cni" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (r *run) chainString() string {
+	files, _ := filepath.Glob(filepath.Join(r.node.ConfDir(), "*.conflist"))
+	sort.Strings(files)
+	if len(files) == 0 {
+		return ""
+	}
+	b, _ := os.ReadFile(files[0])
+	var conf struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	_ = json.Unmarshal(b, &conf)
+	var t []string
+	for _, p := range conf.Plugins {
+		t = append(t, p.Type)
+	}
+	return strings.Join(t, " -> ")
+}
+
+// startController runs the repair controller as a process with the admin
+// kubeconfig (node readiness on, defaults otherwise).
+func (r *run) startController(ctx context.Context) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	r.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	args := []string{
+		"--kubeconfig=" + r.e.Cluster.Kubeconfig,
+		"--leader-elect=false",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
+		"--health-probe-bind-address=0",
+		"--min-pod-age=" + r.cfg.MinPodAge.String(),
+	}
+	args = append(args, r.cfg.RepairArgs...)
+	logFile := filepath.Join(r.dir, "repair.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command(r.e.Bins.Repair, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	p, err := proc.Start(cmd, "")
+	if err != nil {
+		return err
+	}
+	r.controller = p
+	r.defer_(func() {
+		p.Stop(10 * time.Second)
+		if b, err := os.ReadFile(logFile); err == nil {
+			r.logf("repair controller log:\n%s", tail(string(b), 40))
+		}
+	})
+	r.logf("repair controller started: %s %s", r.e.Bins.Repair, strings.Join(args, " "))
+	return waitFor(ctx, time.Minute, func() (bool, error) {
+		select {
+		case <-p.Done():
+			b, _ := os.ReadFile(logFile)
+			return false, fmt.Errorf("repair controller exited: %v\n%s", p.Err(), tail(string(b), 30))
+		default:
+		}
+		resp, err := http.Get(r.metrics)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// installerLogs returns the end of the installer containers' output on
+// the node, for error messages.
+func (r *run) installerLogs() string {
+	files, _ := r.node.LogFiles()
+	var b strings.Builder
+	for _, f := range files {
+		if f.Namespace != "consul-cni-repair" {
+			continue
+		}
+		out, _ := os.ReadFile(f.Path)
+		fmt.Fprintf(&b, "\n--- %s/%s %s #%d:\n%s", f.Namespace, f.Pod, f.Container, f.Instance, tail(string(out), 15))
+	}
+	return b.String()
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// actions reads the controller's successful repairs from its metrics.
+func (r *run) actions() int {
+	if r.metrics == "" {
+		return 0
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(r.metrics)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "consul_cni_repair_pods_repaired_total{") {
+			continue
+		}
+		if !strings.Contains(l, `result="success"`) || !strings.Contains(l, `dry_run="false"`) {
+			continue
+		}
+		if i := strings.LastIndexByte(l, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+				total += v
+			}
+		}
+	}
+	return int(total)
+}
+
+// tick reads the probers' output and the pods, and reports progress.
+func (r *run) tick(ctx context.Context) []*podTrack {
+	if r.tr == nil {
+		return nil
+	}
+	r.tr.readLogs()
+	pods, err := r.pods(ctx)
+	if err != nil {
+		return nil
+	}
+	live := r.tr.observe(pods)
+	r.report(live)
+	return live
+}
+
+func (r *run) allMeshed(live []*podTrack) (bool, time.Time) {
+	if len(live) != r.cfg.Pods {
+		return false, time.Time{}
+	}
+	var at time.Time
+	for _, p := range live {
+		if p.MeshedSince.IsZero() || !p.fresh(time.Now(), 5*time.Second) {
+			return false, time.Time{}
+		}
+		if p.MeshedSince.After(at) {
+			at = p.MeshedSince
+		}
+	}
+	return true, at
+}
+
+func (r *run) counts(live []*podTrack) (meshed, bypassing, ever int) {
+	now := time.Now()
+	for _, p := range live {
+		if !p.fresh(now, 5*time.Second) {
+			continue
+		}
+		switch p.Last {
+		case resultMeshed:
+			meshed++
+		case resultBypass:
+			bypassing++
+		}
+	}
+	for _, p := range r.tr.pods {
+		if p.Bypass > 0 {
+			ever++
+		}
+	}
+	return
+}
+
+func (r *run) report(live []*podTrack) {
+	if r.cfg.Progress == nil {
+		return
+	}
+	if live == nil {
+		live = r.live
+	}
+	r.live = live
+	pr := Progress{Mode: r.cfg.Mode, Phase: r.phase, Elapsed: time.Since(r.start), SinceCNI: -1, Pods: r.cfg.Pods, Live: len(live)}
+	if !r.cniAt.IsZero() {
+		pr.SinceCNI = time.Since(r.cniAt)
+	}
+	if r.tr != nil {
+		pr.Meshed, pr.Bypassing, pr.EverBypassed = r.counts(live)
+	}
+	pr.Actions = r.actions()
+	r.cfg.Progress(pr)
+}
+
+func (r *run) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
+	res := &Result{Name: string(r.cfg.Mode), Pods: r.cfg.Pods, Actions: r.actions(),
+		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString()}
+	_, res.BypassingAtEnd, res.EverBypassed = r.counts(live)
+	if ok, at := r.allMeshed(live); ok {
+		s := at.Sub(r.cniAt).Seconds()
+		if s < 0 {
+			s = 0
+		}
+		s = float64(int(s*10+0.5)) / 10
+		res.SecondsToAllMeshed = &s
+	}
+	if c := r.tr.control; c != nil {
+		pr := PodResult{Name: c.Name, UID: string(c.UID), Meshed: c.Meshed, Bypass: c.Bypass, Errors: c.Errors}
+		res.Control = &pr
+	}
+	for _, p := range r.tr.pods {
+		pr := PodResult{Name: p.Name, UID: string(p.UID), Meshed: p.Meshed, Bypass: p.Bypass, Errors: p.Errors, Deleted: p.Deleted}
+		if p.IP.IsValid() {
+			pr.IP = p.IP.String()
+			pr.ExternalConnections = r.e.Connections(p.IP, r.start)
+		}
+		res.PodResults = append(res.PodResults, pr)
+	}
+	sort.Slice(res.PodResults, func(i, j int) bool { return res.PodResults[i].Name < res.PodResults[j].Name })
+	res.PodsSeen = len(res.PodResults)
+	return res
+}

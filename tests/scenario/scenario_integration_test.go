@@ -1,0 +1,125 @@
+//go:build integration
+
+package scenario_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/scenario"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+// Small runs keep CI fast; the demo runs more pods.
+const pods = 3
+
+func run(t *testing.T, cfg scenario.Config) *scenario.Result {
+	t.Helper()
+	c := cluster.Shared(t)
+	env := scenario.NewEnv(t, c)
+	env.Logf = t.Logf
+	if err := env.Supports(cfg.Mode); err != nil {
+		t.Fatalf("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := scenario.Run(ctx, env, cfg)
+	if err != nil {
+		t.Fatalf("%s run: %v", cfg.Mode, err)
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	t.Logf("result:\n%s", b)
+	if res.Pods != cfg.Pods || len(res.PodResults) < cfg.Pods {
+		t.Fatalf("result has %d pods (%d records), want %d", res.Pods, len(res.PodResults), cfg.Pods)
+	}
+	if !strings.HasSuffix(res.Chain, "consul-cni") {
+		t.Fatalf("chain at the end %q does not end with consul-cni", res.Chain)
+	}
+	return res
+}
+
+// The race, reproduced: pods whose sandbox was made before consul-cni was
+// chained reach the external service directly, and keep doing so after the
+// plugin arrives; a pod created after that is meshed.
+func TestRaceNoRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NoRepair, Pods: pods, CNIDelay: 2 * time.Second, Observe: 10 * time.Second})
+	if res.EverBypassed != pods || res.BypassingAtEnd != pods {
+		t.Fatalf("ever bypassed %d, bypassing at end %d, want %d and %d", res.EverBypassed, res.BypassingAtEnd, pods, pods)
+	}
+	if res.SecondsToAllMeshed != nil {
+		t.Fatalf("seconds_to_all_meshed %v, want null", *res.SecondsToAllMeshed)
+	}
+	if res.Actions != 0 || res.PodsSeen != pods {
+		t.Fatalf("actions %d, pods seen %d: nothing should have replaced a pod", res.Actions, res.PodsSeen)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass == 0 || p.Meshed != 0 {
+			t.Errorf("pod %s: %d bypass, %d meshed results", p.Name, p.Bypass, p.Meshed)
+		}
+		// Second witness: the external service itself saw the pod.
+		if p.ExternalConnections < p.Bypass/2 || p.ExternalConnections == 0 {
+			t.Errorf("pod %s (%s): prober reported %d bypasses, the external service saw %d connections", p.Name, p.IP, p.Bypass, p.ExternalConnections)
+		}
+	}
+	if res.Control == nil || res.Control.Meshed == 0 || res.Control.Bypass != 0 {
+		t.Fatalf("control pod created after the plugin was chained: %+v (want meshed only)", res.Control)
+	}
+}
+
+// The same race with the test chaining the plugin itself (no installer):
+// the plugin alone, as the runtime calls it.
+func TestRaceNoRepairDirectChain(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NoRepair, Pods: 2, CNIDelay: time.Second, Observe: 8 * time.Second, DirectChain: true})
+	if res.EverBypassed != 2 || res.BypassingAtEnd != 2 || res.SecondsToAllMeshed != nil {
+		t.Fatalf("ever %d, at end %d, all meshed %v", res.EverBypassed, res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.Control == nil || res.Control.Meshed == 0 || res.Control.Bypass != 0 {
+		t.Fatalf("control pod: %+v", res.Control)
+	}
+}
+
+// With the repair controller, the pods that bypassed are evicted once the
+// node's CNI is ready and their replacements are meshed.
+func TestRaceRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.Repair, Pods: pods, CNIDelay: 2 * time.Second, Observe: 5 * time.Second, MinPodAge: 5 * time.Second})
+	if res.EverBypassed != pods {
+		t.Fatalf("ever bypassed %d, want %d (the pods ran before the plugin was chained)", res.EverBypassed, pods)
+	}
+	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("bypassing at end %d, seconds to all meshed %v: the controller did not repair", res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.Actions < pods || res.PodsSeen < 2*pods {
+		t.Fatalf("actions %d, pods seen %d: every bypassing pod should have been replaced", res.Actions, res.PodsSeen)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass > 0 && !p.Deleted {
+			t.Errorf("pod %s bypassed and is still there", p.Name)
+		}
+		if !p.Deleted && (p.Meshed == 0 || p.Bypass != 0) {
+			t.Errorf("replacement %s: %d meshed, %d bypass", p.Name, p.Meshed, p.Bypass)
+		}
+	}
+}
+
+// With prevention, the node joins with the startup taint: pods wait until
+// the installer has chained the plugin and the controller lifted the
+// taint, and none ever bypasses.
+func TestRacePrevention(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.Prevention, Pods: pods, CNIDelay: 3 * time.Second, Observe: 5 * time.Second})
+	if res.EverBypassed != 0 || res.BypassingAtEnd != 0 {
+		t.Fatalf("ever bypassed %d, bypassing at end %d, want 0", res.EverBypassed, res.BypassingAtEnd)
+	}
+	if res.SecondsToAllMeshed == nil {
+		t.Fatal("pods never all meshed")
+	}
+	for _, p := range res.PodResults {
+		if p.ExternalConnections != 0 {
+			t.Errorf("pod %s (%s) reached the external service %d times", p.Name, p.IP, p.ExternalConnections)
+		}
+	}
+}
