@@ -126,7 +126,8 @@ type Status struct {
 }
 
 // Reconcile makes one pass: binary, token and kubeconfig, then the chain.
-// Nothing is chained unless the binary is in place.
+// Nothing is chained unless the binary is in place; a failure to write the
+// credentials is returned but does not stop the chaining.
 func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
 	log := klog.FromContext(ctx)
 	var st Status
@@ -162,15 +163,18 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 		st.Wrote = append(st.Wrote, "binary")
 		in.cfg.Metrics.wrote("binary")
 	}
+	// Credentials that cannot be written do not hold the chain back: a
+	// plugin that cannot reach the API fails ADD, so pods wait instead of
+	// starting outside the mesh (fail closed), and the error is reported.
+	var credErr error
 	if in.cfg.Client != nil {
 		w, recheck, err := in.writeCredentials(ctx)
-		if err != nil {
-			return st, err
-		}
+		credErr = err
 		st.Wrote = append(st.Wrote, w...)
 		st.Recheck = recheck
 	}
-	return in.ensureChain(ctx, st)
+	st, err = in.ensureChain(ctx, st)
+	return st, errors.Join(credErr, err)
 }
 
 // writeCredentials writes the token copy (see token.go for which token

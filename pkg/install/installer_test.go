@@ -774,3 +774,36 @@ func BenchmarkReconcileSteadyState(b *testing.B) {
 		}
 	}
 }
+
+// Without a readable token the chain is still written (the plugin then
+// fails ADD: pods wait rather than bypass), the error is reported and the
+// installer is not Ready.
+func TestChainsEvenWithoutCredentials(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	os.Remove(n.token)
+	st, err := in.Reconcile(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "service-account token") {
+		t.Fatalf("err = %v", err)
+	}
+	if st.Primary == "" {
+		t.Fatalf("status %+v", st)
+	}
+	assertRuntimeChained(t, n.net, "ptp", "portmap")
+	if err := in.Ready(); err == nil {
+		t.Fatal("Ready without credentials")
+	}
+	// Without the binary nothing is chained: every ADD on the node would
+	// fail, mesh or not.
+	n2 := newNode(t)
+	in2 := n2.installer(t)
+	writeFiles(t, n2.net, map[string]string{"10-kindnet.conflist": kindnet})
+	os.Remove(n2.src)
+	if _, err := in2.Reconcile(context.Background()); err == nil {
+		t.Fatal("no error without a plugin binary")
+	}
+	if b, _ := os.ReadFile(filepath.Join(n2.net, "10-kindnet.conflist")); strings.Contains(string(b), PluginType) {
+		t.Fatal("chained without a binary")
+	}
+}

@@ -21,6 +21,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // fakeAPI records requests and answers like the API server for one pod.
@@ -228,5 +231,37 @@ func TestRetryStopsAtTheDeadline(t *testing.T) {
 	})
 	if err == nil || n != calls || calls > 4 {
 		t.Fatalf("n=%d calls=%d err=%v", n, calls, err)
+	}
+}
+
+// TestLoadsKubeconfigWrittenByClientcmd: what the installer writes
+// (client-go's clientcmd.Write: CA data, TLS server name, tokenFile) is read
+// and works.
+func TestLoadsKubeconfigWrittenByClientcmd(t *testing.T) {
+	api := &fakeAPI{}
+	srv, ca := tlsServer(t, api)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "tok"), "from-file")
+	out, err := clientcmd.Write(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"local": {Server: srv.URL, CertificateAuthorityData: []byte(ca), TLSServerName: "example.com"}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"consul-cni": {TokenFile: filepath.Join(dir, "tok")}},
+		Contexts:       map[string]*clientcmdapi.Context{"consul-cni": {Cluster: "local", AuthInfo: "consul-cni"}},
+		CurrentContext: "consul-cni",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "kc"), string(out))
+	c, err := loadKubeconfig(filepath.Join(dir, "kc"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// httptest's certificate is valid for example.com: the TLS server name
+	// from the kubeconfig is what makes the handshake succeed.
+	if _, err := c.GetPod(context.Background(), "default", "web"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(api.requests[0], "Bearer from-file") {
+		t.Fatalf("request %s", api.requests[0])
 	}
 }

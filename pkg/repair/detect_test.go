@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -161,10 +162,19 @@ func TestMatchesInitContainer(t *testing.T) {
 }
 
 func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
-	p := mkPod(sandboxAt(-time.Minute), withAnnotation("kubectl.kubernetes.io/last-applied-configuration", "{big}"))
+	p := mkPod(sandboxAt(-time.Hour), withAnnotation("kubectl.kubernetes.io/last-applied-configuration", "{big}"))
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx", Env: []corev1.EnvVar{{Name: "A", Value: "B"}}}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "nginx", ImageID: "sha", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "long log"}}}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{
+		{Name: "app", Image: "nginx", ImageID: "sha", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "long log", StartedAt: at(-time.Minute)}}},
+		{Name: "envoy", Image: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(-2 * time.Minute)}}},
+	}
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "other-init", Image: "x", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, StartedAt: at(-3 * time.Minute)}}},
+		{Name: annotations.InitContainerName + "-web", Image: "y", RestartCount: 2, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "m"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 88, Message: "not redirected", StartedAt: at(-time.Minute), FinishedAt: at(-time.Minute)}}},
+	}
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "x"})
 	o, err := SlimInjectedPod(p)
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +183,22 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 	if s.ManagedFields != nil || s.Spec.Containers != nil || s.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" || s.Labels["app"] != "" {
 		t.Errorf("kept data the controller never reads: %+v", s)
 	}
-	if cs := s.Status.ContainerStatuses[0]; cs.Image != "" || cs.State.Terminated.Message != "" || cs.State.Terminated.ExitCode != 1 {
-		t.Errorf("container status not slimmed right: %+v", cs)
+	// The check init container is kept (exit code, no message); every other
+	// container is summed up in one status: started, earliest start time.
+	if len(s.Status.InitContainerStatuses) != 1 {
+		t.Fatalf("init statuses: %+v", s.Status.InitContainerStatuses)
+	}
+	if ic := s.Status.InitContainerStatuses[0]; ic.Image != "" || ic.RestartCount != 2 || ic.LastTerminationState.Terminated.ExitCode != 88 || ic.LastTerminationState.Terminated.Message != "" || ic.State.Waiting == nil {
+		t.Errorf("check init status not slimmed right: %+v", ic)
+	}
+	if len(s.Status.ContainerStatuses) != 1 || s.Status.ContainerStatuses[0].State.Running == nil || !s.Status.ContainerStatuses[0].State.Running.StartedAt.Equal(ptrTime(at(-3*time.Minute))) {
+		t.Errorf("container summary: %+v", s.Status.ContainerStatuses)
+	}
+	if len(s.Status.Conditions) != 1 || s.Status.Conditions[0].Type != corev1.PodReadyToStartContainers {
+		t.Errorf("conditions: %+v", s.Status.Conditions)
+	}
+	if st, _ := SandboxTime(s); !st.Equal(t0.Add(-time.Hour)) {
+		t.Errorf("sandbox time on the slim pod: %s", st)
 	}
 	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || ControllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
 		t.Errorf("lost data the controller reads: %+v", s)
@@ -185,5 +209,31 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 	// Tombstones pass through.
 	if o, _ := SlimInjectedPod("x"); o != "x" {
 		t.Error("non-pod not passed through")
+	}
+}
+
+func ptrTime(t metav1.Time) *metav1.Time { return &t }
+
+func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
+	a, _ := SlimInjectedPod(mkPod())
+	b, _ := SlimInjectedPod(mkPod())
+	pa, pb := a.(*corev1.Pod), b.(*corev1.Pod)
+	if reflect.ValueOf(pa.Annotations).UnsafePointer() != reflect.ValueOf(pb.Annotations).UnsafePointer() ||
+		reflect.ValueOf(pa.Labels).UnsafePointer() != reflect.ValueOf(pb.Labels).UnsafePointer() {
+		t.Error("identical markers are not shared")
+	}
+	c, _ := SlimInjectedPod(mkPod(withStatus("complete")))
+	if pc := c.(*corev1.Pod); pc.Annotations[annotations.KeyTransparentProxyStatus] != "complete" || pa.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
+		t.Error("different markers were shared")
+	}
+	// Unique values (mirror hashes) never grow the table without bound.
+	for i := 0; i < 3*maxInterned; i++ {
+		_, _ = SlimInjectedPod(mkPod(withAnnotation(MirrorPodAnnotation, time.Duration(i).String())))
+	}
+	interned.mu.Lock()
+	n := len(interned.m)
+	interned.mu.Unlock()
+	if n > maxInterned {
+		t.Fatalf("intern table has %d entries", n)
 	}
 }

@@ -1,12 +1,15 @@
 package repair
 
 import (
+	"context"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -43,15 +46,41 @@ func NewInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 	f := informers.NewSharedInformerFactory(client, cfg.Resync)
 	inf := &Informers{Factory: f}
 
+	slim := SlimInjectedPodFor(cfg.InitContainerNames)
 	inf.Pods = f.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		i := coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, PodNodeIndexer(), func(o *metav1.ListOptions) {
-			o.LabelSelector = cfg.InjectedPodSelector
-		})
-		_ = i.SetTransform(SlimInjectedPod)
+		sel := func(o *metav1.ListOptions) { o.LabelSelector = cfg.InjectedPodSelector }
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				sel(&o)
+				return listSlim(ctx, o, func(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
+					return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+				}, func(l *corev1.PodList) (int, string, string) { return len(l.Items), l.ResourceVersion, l.Continue },
+					func(l *corev1.PodList, i int) *corev1.Pod { return &l.Items[i] }, slim)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				sel(&o)
+				return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+			},
+			DisableChunking: true,
+		}
+		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, PodNodeIndexer())
+		_ = i.SetTransform(slim)
 		return i
 	})
 	inf.Nodes = f.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		i := coreinformers.NewNodeInformer(c, resync, cache.Indexers{})
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return listSlim(ctx, o, func(ctx context.Context, o metav1.ListOptions) (*corev1.NodeList, error) {
+					return c.CoreV1().Nodes().List(ctx, o)
+				}, func(l *corev1.NodeList) (int, string, string) { return len(l.Items), l.ResourceVersion, l.Continue },
+					func(l *corev1.NodeList, i int) *corev1.Node { return &l.Items[i] }, SlimNode)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.CoreV1().Nodes().Watch(ctx, o)
+			},
+			DisableChunking: true,
+		}
+		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Node{}, resync, cache.Indexers{})
 		_ = i.SetTransform(SlimNode)
 		return i
 	})
@@ -65,6 +94,53 @@ func NewInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 		})
 	}
 	return inf, nil
+}
+
+// listPageSize is the page size of the informers' own paginated lists.
+const listPageSize = 200
+
+// listSlim lists page by page and slims every item before the next page is
+// fetched, so a relist never holds more than one page of full objects.
+//
+// Informers stream their initial state (WatchList) when the apiserver can,
+// and then the transform applies object by object. When it cannot (its
+// storage lacks watch progress requests, e.g. etcd older than 3.5.13) they
+// fall back to LIST, and a LIST at resourceVersion "0" is answered whole
+// from the watch cache: every full object at once, only slimmed after the
+// whole list is decoded. Here the list is instead read at the latest
+// resourceVersion (never older than what the reflector asked for) in pages
+// of listPageSize.
+func listSlim[L runtime.Object, T runtime.Object](ctx context.Context, o metav1.ListOptions,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	meta func(L) (n int, rv, cont string), item func(L, int) T, slim cache.TransformFunc) (runtime.Object, error) {
+	o.ResourceVersion, o.ResourceVersionMatch = "", ""
+	o.Limit, o.Continue = listPageSize, ""
+	var items []runtime.Object
+	var rv string
+	for {
+		page, err := list(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		n, pageRV, cont := meta(page)
+		for i := 0; i < n; i++ {
+			s, err := slim(item(page, i))
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, s.(runtime.Object))
+		}
+		rv = pageRV
+		if cont == "" {
+			break
+		}
+		o.Continue = cont
+	}
+	out := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+	for _, it := range items {
+		out.Items = append(out.Items, runtime.RawExtension{Object: it})
+	}
+	return out, nil
 }
 
 // HasSynced reports whether every informer has synced (readiness).

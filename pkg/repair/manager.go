@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -43,6 +46,9 @@ type ManagerConfig struct {
 	MetricsAddr     string
 	HealthAddr      string
 	ShutdownTimeout time.Duration
+	// Profiling serves net/http/pprof under /debug/pprof/ on the metrics
+	// address.
+	Profiling bool
 }
 
 // DefaultManagerConfig returns the documented defaults.
@@ -166,6 +172,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttpHandler(m))
+		if m.cfg.Profiling {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		servers = append(servers, serve(ctx, m.metricsLn, mux))
 	}
 	if m.healthLn != nil {
@@ -203,6 +216,15 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Informers run on every replica so a new leader starts warm.
 	m.Informers.Factory.Start(ctx.Done())
 	defer m.Informers.Factory.Shutdown()
+	go func() {
+		// The initial lists decode full objects page by page before they
+		// are slimmed; once the caches hold only slim objects, hand the
+		// pages that held them back to the OS instead of keeping them
+		// resident until the scavenger gets to them.
+		if cache.WaitForCacheSync(ctx.Done(), m.Informers.HasSynced) {
+			debug.FreeOSMemory()
+		}
+	}()
 
 	if !m.cfg.LeaderElect {
 		m.Metrics.Leader.Set(1)

@@ -1,6 +1,9 @@
 package repair
 
 import (
+	"strings"
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,14 +24,29 @@ var keptPodLabels = []string{
 	annotations.LabelUninitialized,
 }
 
-// SlimInjectedPod is the informer transform of the injected-pod informer: it
-// returns a new Pod holding only what detection, the gate, the breaker and
-// the actions read (names, UID, resourceVersion, owners, the markers, node,
-// restart policy, host network, phase, IP, conditions, container states
-// without messages). Everything else (managed fields, most of the spec,
-// images, resources, termination messages) is dropped before the object is
-// cached, which is what keeps 10,000 pods in a few tens of MiB.
+// SlimInjectedPod is SlimInjectedPodFor with the default init container
+// names.
 func SlimInjectedPod(obj interface{}) (interface{}, error) {
+	return slimInjectedPod(obj, DefaultInitContainerNames)
+}
+
+// SlimInjectedPodFor returns the informer transform of the injected-pod
+// informer: it returns a new Pod holding only what detection, the gate, the
+// breaker and the actions read: names, UID, resourceVersion, the controller
+// owner, our markers, node, restart policy, host network, phase, IP, start
+// time, the PodReadyToStartContainers condition, the statuses of the check
+// init containers (initNames) without messages, and, standing for every
+// other container, at most one status that says when the first of them
+// started (all that sandbox detection needs). Everything else (managed
+// fields, most of the spec, images, resources, termination messages) is
+// dropped before the object is cached, which is what keeps 10,000 pods in a
+// few tens of MiB.
+func SlimInjectedPodFor(initNames []string) func(interface{}) (interface{}, error) {
+	names := append([]string(nil), initNames...)
+	return func(obj interface{}) (interface{}, error) { return slimInjectedPod(obj, names) }
+}
+
+func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // tombstones and anything unexpected pass through
@@ -50,11 +68,9 @@ func SlimInjectedPod(obj interface{}) (interface{}, error) {
 			HostNetwork:   pod.Spec.HostNetwork,
 		},
 		Status: corev1.PodStatus{
-			Phase:                 pod.Status.Phase,
-			PodIP:                 pod.Status.PodIP,
-			StartTime:             pod.Status.StartTime,
-			InitContainerStatuses: slimStatuses(pod.Status.InitContainerStatuses),
-			ContainerStatuses:     slimStatuses(pod.Status.ContainerStatuses),
+			Phase:     pod.Status.Phase,
+			PodIP:     pod.Status.PodIP,
+			StartTime: pod.Status.StartTime,
 		},
 	}
 	for _, ref := range pod.OwnerReferences {
@@ -66,13 +82,63 @@ func SlimInjectedPod(obj interface{}) (interface{}, error) {
 		}
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReadyToStartContainers || c.Type == corev1.PodReady {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{
-				Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime,
-			})
+		if c.Type == corev1.PodReadyToStartContainers {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
 		}
 	}
+	var others containerSummary
+	for i := range pod.Status.InitContainerStatuses {
+		cs := &pod.Status.InitContainerStatuses[i]
+		if MatchesInitContainer(cs.Name, initNames) {
+			out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, corev1.ContainerStatus{
+				Name:                 cs.Name,
+				RestartCount:         cs.RestartCount,
+				State:                slimState(cs.State),
+				LastTerminationState: slimState(cs.LastTerminationState),
+			})
+		} else {
+			others.add(cs)
+		}
+	}
+	for i := range pod.Status.ContainerStatuses {
+		others.add(&pod.Status.ContainerStatuses[i])
+	}
+	if others.started || others.restarted {
+		s := corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: others.first}}}
+		if others.restarted {
+			s.RestartCount = 1
+		}
+		out.Status.ContainerStatuses = []corev1.ContainerStatus{s}
+	}
 	return out, nil
+}
+
+// containerSummary is what sandbox detection needs of a set of containers:
+// whether any started (or restarted) and the earliest start time.
+type containerSummary struct {
+	started, restarted bool
+	first              metav1.Time
+}
+
+func (c *containerSummary) add(cs *corev1.ContainerStatus) {
+	if cs.RestartCount > 0 {
+		c.restarted = true
+	}
+	for _, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
+		var t metav1.Time
+		switch {
+		case st.Running != nil:
+			t = st.Running.StartedAt
+		case st.Terminated != nil:
+			t = st.Terminated.StartedAt
+		default:
+			continue
+		}
+		c.started = true
+		if !t.IsZero() && (c.first.IsZero() || t.Before(&c.first)) {
+			c.first = t
+		}
+	}
 }
 
 // SlimCNIPod is the transform of the CNI DaemonSet pod informer: name,
@@ -122,33 +188,52 @@ func SlimNode(obj interface{}) (interface{}, error) {
 	}, nil
 }
 
+// keep returns the entries of m under keys, as a shared (interned) map when
+// the same entries were seen before: almost every injected pod carries the
+// same few markers, and a small Go map costs hundreds of bytes. Cached
+// objects are never mutated, so sharing is safe.
 func keep(m map[string]string, keys []string) map[string]string {
 	var out map[string]string
+	var id strings.Builder
 	for _, k := range keys {
 		if v, ok := m[k]; ok {
 			if out == nil {
 				out = make(map[string]string, len(keys))
 			}
 			out[k] = v
+			id.WriteString(k)
+			id.WriteByte(0)
+			id.WriteString(v)
+			id.WriteByte(0)
 		}
 	}
-	return out
-}
-
-func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if len(in) == 0 {
+	if out == nil {
 		return nil
 	}
-	out := make([]corev1.ContainerStatus, len(in))
-	for i := range in {
-		out[i] = corev1.ContainerStatus{
-			Name:                 in[i].Name,
-			RestartCount:         in[i].RestartCount,
-			State:                slimState(in[i].State),
-			LastTerminationState: slimState(in[i].LastTerminationState),
-		}
+	return interned.get(id.String(), out)
+}
+
+// maxInterned bounds the intern table (values such as the mirror-pod hash
+// are unique per pod and must not grow it without bound).
+const maxInterned = 256
+
+var interned = &internTable{m: map[string]map[string]string{}}
+
+type internTable struct {
+	mu sync.Mutex
+	m  map[string]map[string]string
+}
+
+func (t *internTable) get(id string, m map[string]string) map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if shared, ok := t.m[id]; ok {
+		return shared
 	}
-	return out
+	if len(t.m) < maxInterned {
+		t.m[id] = m
+	}
+	return m
 }
 
 func slimState(s corev1.ContainerState) corev1.ContainerState {
