@@ -155,6 +155,22 @@ func (r *Range) cleanLeftovers() {
 			}
 		}
 	}
+	// Addresses of the slot left on host links (a simulated node puts its
+	// node address on lo).
+	for _, fam := range []string{"-4", "-6"} {
+		out, _ = exec.Command("ip", fam, "-o", "addr", "show").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 4 {
+				continue
+			}
+			p, err := netip.ParsePrefix(f[3])
+			if err != nil || !(r.V4.Contains(p.Addr()) || r.V6.Contains(p.Addr())) {
+				continue
+			}
+			_ = run("ip", "addr", "del", f[3], "dev", strings.TrimSuffix(f[1], ":"))
+		}
+	}
 	_ = run("ip", "route", "flush", "root", r.V4.String())
 	_ = run("ip", "-6", "route", "flush", "root", r.V6.String())
 }
