@@ -106,20 +106,58 @@ func TestRaceRepair(t *testing.T) {
 	}
 }
 
-// With prevention, the node joins with the startup taint: pods wait until
-// the installer has chained the plugin and the controller lifted the
-// taint, and none ever bypasses.
+// The prevention run: the node joins with the startup taint; the injected
+// Deployment waits (Pending) while the installer DaemonSet pod runs on the
+// node for real; the repair controller labels the node and removes the taint
+// once that pod is Ready; the pods then land, and not one connection of
+// theirs bypasses the proxy.
 func TestRacePrevention(t *testing.T) {
-	res := run(t, scenario.Config{Mode: scenario.Prevention, Pods: pods, CNIDelay: 3 * time.Second, Observe: 5 * time.Second})
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &readinessWitness{cs: c.Client, scheduled: map[string]time.Time{}}
+	w.start(ctx, t)
+
+	res := run(t, scenario.Config{Mode: scenario.Prevention, Pods: pods, CNIDelay: 3 * time.Second, Observe: 10 * time.Second})
+
+	// Ground truth by traffic: every pod meshed, never a bypass, and the
+	// external service never heard from any of them.
 	if res.EverBypassed != 0 || res.BypassingAtEnd != 0 {
-		t.Fatalf("ever bypassed %d, bypassing at end %d, want 0", res.EverBypassed, res.BypassingAtEnd)
+		t.Errorf("ever bypassed %d, bypassing at the end %d, want 0 and 0", res.EverBypassed, res.BypassingAtEnd)
 	}
 	if res.SecondsToAllMeshed == nil {
-		t.Fatal("pods never all meshed")
+		t.Errorf("the pods were not all meshed at the end")
 	}
 	for _, p := range res.PodResults {
-		if p.ExternalConnections != 0 {
-			t.Errorf("pod %s (%s) reached the external service %d times", p.Name, p.IP, p.ExternalConnections)
+		if p.Meshed == 0 || p.Bypass != 0 || p.ExternalConnections != 0 {
+			t.Errorf("pod %s (%s): %d meshed, %d bypass results, %d connections seen by the external service", p.Name, p.IP, p.Meshed, p.Bypass, p.ExternalConnections)
 		}
 	}
+	// Nothing had to be repaired: no pod was replaced.
+	if res.Actions != 0 || res.PodsSeen != pods {
+		t.Errorf("repairs %d, pods seen %d: prevention should leave nothing to repair", res.Actions, res.PodsSeen)
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.node == "" || !w.tainted {
+		t.Errorf("the run's node (%q) was not seen registering with the startup taint", w.node)
+	}
+	if w.labelled.IsZero() || w.untainted.IsZero() {
+		t.Errorf("node %s: labelled at %v, taint removed at %v: the controller did not make it ready", w.node, w.labelled, w.untainted)
+	}
+	if len(w.scheduled) < pods {
+		t.Errorf("%d injected pods seen bound to the node, want %d", len(w.scheduled), pods)
+	}
+	for name, at := range w.scheduled {
+		if !w.untainted.IsZero() && at.Before(w.untainted) {
+			t.Errorf("pod %s was seen bound at %v, before the taint was seen removed at %v", name, at.Format(time.StampMilli), w.untainted.Format(time.StampMilli))
+		}
+	}
+	for _, v := range w.violations {
+		t.Error(v)
+	}
+	t.Logf("%d node events", w.events)
+	t.Logf("node %s: label at %s, taint removed at %s; pods bound: %v", w.node,
+		w.labelled.Format(time.StampMilli), w.untainted.Format(time.StampMilli), w.scheduled)
 }
