@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,11 +17,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/initcheck"
 )
 
@@ -95,17 +93,6 @@ func (o *options) Validate() error {
 	return nil
 }
 
-func (o *options) restConfig() (*rest.Config, error) {
-	path := o.Kubeconfig
-	if path == "" {
-		path = os.Getenv("KUBECONFIG")
-	}
-	if path == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", path)
-}
-
 func main() {
 	os.Exit(run(os.Args[1:]))
 }
@@ -114,11 +101,7 @@ func run(args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet("consul-cni-check", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	gfs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(gfs)
-	for _, name := range []string{"v", "vmodule"} {
-		fs.AddGoFlag(gfs.Lookup(name))
-	}
+	cmdutil.AddKlogFlags(fs, "v", "vmodule")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -153,7 +136,7 @@ func run(args []string) int {
 		TerminationLog:  o.TerminationLog,
 	}
 	if o.API != "false" && o.PodName != "" && o.PodNamespace != "" {
-		rc, err := o.restConfig()
+		rc, err := cmdutil.RESTConfig(o.Kubeconfig)
 		if err == nil {
 			cfg.Client, err = kubernetes.NewForConfig(rc)
 		}

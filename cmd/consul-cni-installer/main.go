@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,10 +26,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 )
 
@@ -99,19 +97,6 @@ func (o *options) config() install.Config {
 	}
 }
 
-// restConfig follows the project's rule: --kubeconfig, else $KUBECONFIG,
-// else in-cluster.
-func (o *options) restConfig() (*rest.Config, error) {
-	path := o.Kubeconfig
-	if path == "" {
-		path = os.Getenv("KUBECONFIG")
-	}
-	if path == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", path)
-}
-
 func main() {
 	os.Exit(run(os.Args[1:]))
 }
@@ -120,7 +105,7 @@ func run(args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet("consul-cni-installer", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	addKlogFlags(fs)
+	cmdutil.AddKlogFlags(fs, "v", "vmodule")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
 	}
@@ -187,16 +172,6 @@ func run(args []string) int {
 	}
 }
 
-// addKlogFlags exposes klog's verbosity flags (-v, --vmodule); logs go to
-// stderr.
-func addKlogFlags(fs *pflag.FlagSet) {
-	gfs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(gfs)
-	for _, name := range []string{"v", "vmodule"} {
-		fs.AddGoFlag(gfs.Lookup(name))
-	}
-}
-
 // podAlive asks the API whether the pod another installer's token is bound
 // to still runs (the installer may get pods).
 func podAlive(c kubernetes.Interface) install.PodAlive {
@@ -216,7 +191,7 @@ func podAlive(c kubernetes.Interface) install.PodAlive {
 
 func runInstaller(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
-	rc, err := o.restConfig()
+	rc, err := cmdutil.RESTConfig(o.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("client configuration: %w", err)
 	}

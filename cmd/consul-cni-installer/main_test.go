@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 )
 
 func parse(t *testing.T, args []string) (*options, []string, error) {
@@ -17,7 +19,7 @@ func parse(t *testing.T, args []string) (*options, []string, error) {
 	o := &options{}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	addKlogFlags(fs)
+	cmdutil.AddKlogFlags(fs, "v", "vmodule")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}

@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,9 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 )
 
@@ -106,19 +105,9 @@ func (o *options) Validate() error {
 
 // restConfig: --kubeconfig, else $KUBECONFIG, else in-cluster.
 func (o *options) restConfig() (*rest.Config, error) {
-	path := o.kubeconfig
-	if path == "" {
-		path = os.Getenv("KUBECONFIG")
-	}
-	var cfg *rest.Config
-	var err error
-	if path != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := cmdutil.RESTConfig(o.kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+		return nil, err
 	}
 	cfg.QPS, cfg.Burst = o.qps, o.burst
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -150,9 +139,7 @@ func run(args []string) error {
 	fs.SortFlags = false
 	o := newOptions()
 	o.AddFlags(fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	cmdutil.AddKlogFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
 	}

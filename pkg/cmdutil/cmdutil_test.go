@@ -1,0 +1,81 @@
+package cmdutil
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	body := `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "` + server + `"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+`
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRESTConfigSources(t *testing.T) {
+	flagFile := writeKubeconfig(t, "https://flag.example:6443")
+	envFile := writeKubeconfig(t, "https://env.example:6443")
+
+	t.Setenv("KUBECONFIG", envFile)
+	cfg, err := RESTConfig(flagFile)
+	if err != nil || cfg.Host != "https://flag.example:6443" {
+		t.Fatalf("flag first: host %v, err %v", cfg, err)
+	}
+	cfg, err = RESTConfig("")
+	if err != nil || cfg.Host != "https://env.example:6443" {
+		t.Fatalf("then $KUBECONFIG: host %v, err %v", cfg, err)
+	}
+
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	if _, err := RESTConfig(""); err == nil || !strings.Contains(err.Error(), "in-cluster") {
+		t.Fatalf("then in-cluster, which is not available here: err %v", err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "absent")
+	if _, err := RESTConfig(missing); err == nil || !strings.Contains(err.Error(), "--kubeconfig "+missing) {
+		t.Fatalf("a missing file must be named with its source: err %v", err)
+	}
+}
+
+func TestAddKlogFlags(t *testing.T) {
+	some := pflag.NewFlagSet("some", pflag.ContinueOnError)
+	AddKlogFlags(some, "v", "vmodule")
+	if some.Lookup("v") == nil || some.Lookup("vmodule") == nil || some.Lookup("logtostderr") != nil {
+		t.Fatalf("only the named flags: v=%v vmodule=%v logtostderr=%v", some.Lookup("v"), some.Lookup("vmodule"), some.Lookup("logtostderr"))
+	}
+	if err := some.Parse([]string{"-v=4"}); err != nil {
+		t.Fatal(err)
+	}
+	all := pflag.NewFlagSet("all", pflag.ContinueOnError)
+	AddKlogFlags(all)
+	if all.Lookup("logtostderr") == nil || all.Lookup("v") == nil {
+		t.Fatal("without names every klog flag is registered")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an unknown klog flag name must panic (a programming error)")
+		}
+	}()
+	AddKlogFlags(pflag.NewFlagSet("bad", pflag.ContinueOnError), "no-such-flag")
+}
