@@ -114,3 +114,5 @@ demo: deps kube-bins
 
 clean:
 	rm -rf $(BIN) $(CACHE)/testbin
+	@# where tests/testbin builds when this checkout is not reachable by other users
+	rm -rf "$${TMPDIR:-/tmp}/ccr-testbin-$$(printf %s "$(CURDIR)" | sha256sum | cut -c1-12)"

@@ -4,15 +4,27 @@
 // Binaries are built with the go command into <repo>/.cache/testbin (or
 // taken from $CCR_BIN_DIR when set), so any test tier can run on its own
 // without a prior make step; the Go build cache keeps rebuilds cheap.
+//
+// Tests run some of these binaries as other users (containers with
+// runAsUser, the init check as an unprivileged UID). When the repository
+// lies below a directory those users may not enter (a checkout in a 0700
+// directory), the binaries go to <tmp>/ccr-testbin-<hash of the repository
+// path> instead, a 0755 directory owned by the test's user; `make clean`
+// removes it.
 package testbin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 )
 
 // ReferencePlugins are the containernetworking/plugins executables tests
@@ -50,7 +62,49 @@ func Dir() string {
 	if d := os.Getenv("CCR_BIN_DIR"); d != "" {
 		return d
 	}
-	return filepath.Join(RepoRoot(), ".cache", "testbin")
+	if d := filepath.Join(RepoRoot(), ".cache"); enterableByAll(d) {
+		return filepath.Join(d, "testbin")
+	}
+	return FallbackDir()
+}
+
+// FallbackDir is the directory Dir uses when the repository's own cache is
+// not reachable by every user.
+func FallbackDir() string {
+	sum := sha256.Sum256([]byte(RepoRoot()))
+	return filepath.Join(os.TempDir(), "ccr-testbin-"+hex.EncodeToString(sum[:])[:12])
+}
+
+// enterableByAll reports whether every existing directory from / down to
+// dir may be searched by any user (a directory yet to be created inherits
+// the answer of its parent, as it is made 0755).
+func enterableByAll(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err == nil && st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
+}
+
+// checkOwnDir refuses a directory that someone else could have planted or
+// may write into: its binaries are run as root.
+func checkOwnDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || int(sys.Uid) != os.Geteuid() || st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is not a directory of uid %d writable only by it (mode %v)", dir, os.Geteuid(), st.Mode())
+	}
+	return nil
 }
 
 // Project returns the path of the project's command cmd/<name>, building it
@@ -97,6 +151,11 @@ func build(tb TB, name, pkg string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatalf("testbin: %v", err)
 	}
+	if dir == FallbackDir() {
+		if err := checkOwnDir(dir); err != nil {
+			tb.Fatalf("testbin: %v", err)
+		}
+	}
 	// Build beside the target and rename, so concurrent test processes
 	// never see a half-written executable.
 	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
@@ -106,6 +165,11 @@ func build(tb TB, name, pkg string) string {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		tb.Fatalf("testbin: go build %s: %v\n%s", pkg, err, b)
+	}
+	// Executable by the other users tests run binaries as, whatever the umask.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.Remove(tmp)
+		tb.Fatalf("testbin: %v", err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		tb.Fatalf("testbin: %v", err)
