@@ -65,6 +65,8 @@ type env struct {
 	ns     string
 	netDir string // cni_net_dir: kubeconfig and token live here
 	r      *testnet.Range
+	// dualStack gives the chains an IPv6 pod range too.
+	dualStack bool
 }
 
 // setup gives the test a namespace, the plugin's service account with the
@@ -170,9 +172,13 @@ func (e *env) chain(t *testing.T, extra map[string]any) *cnichain.Chain {
 			t.Logf("consul-cni log:\n%s", b)
 		}
 	})
-	s4 := e.r.Subnet4(1+int(podCount%12), 24)
+	i := 1 + int(podCount%12)
 	podCount++
-	return cnichain.New(t, cnichain.Options{Subnet4: s4, Consul: entry})
+	opts := cnichain.Options{Subnet4: e.r.Subnet4(i, 24), Consul: entry}
+	if e.dualStack {
+		opts.Subnet6 = e.r.Subnet6(i)
+	}
+	return cnichain.New(t, opts)
 }
 
 var podCount int
@@ -204,8 +210,13 @@ func podArgs(pod *corev1.Pod) [][2]string {
 
 func natTable(t *testing.T, ns *testnet.Netns) string {
 	t.Helper()
+	return natTableOf(t, ns, redirect.IPv4)
+}
+
+func natTableOf(t *testing.T, ns *testnet.Netns, fam redirect.Family) string {
+	t.Helper()
 	b, _ := redirect.Detector{}.Detect(context.Background())
-	out, err := (&redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}).Save(context.Background(), redirect.IPv4)
+	out, err := (&redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}).Save(context.Background(), fam)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,13 +225,43 @@ func natTable(t *testing.T, ns *testnet.Netns) string {
 
 func goldenDefault(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", "default.golden"))
+	return golden(t, "default", redirect.IPv4)
+}
+
+// golden returns the table of one family after ADD from a pkg/redirect
+// golden file (the section ends where the next "## " heading starts).
+func golden(t *testing.T, name string, fam redirect.Family) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", name+".golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	head := "## ipv4 nat table after ADD (iptables-save -t nat)\n"
-	return s[strings.Index(s, head)+len(head):]
+	head := "## " + fam.String() + " nat table after ADD (iptables-save -t nat)\n"
+	i := strings.Index(s, head)
+	if i < 0 {
+		t.Fatalf("%s.golden has no %s table", name, fam)
+	}
+	s = s[i+len(head):]
+	if j := strings.Index(s, "\n## "); j >= 0 {
+		s = s[:j+1]
+	}
+	return s
+}
+
+// goldenConfig is the redirect-traffic-config a golden file was made from
+// (its second line).
+func goldenConfig(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", name+".golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(string(b), "\n", 3)
+	if len(lines) < 3 || !strings.HasPrefix(lines[1], "# {") {
+		t.Fatalf("%s.golden: second line is not the config", name)
+	}
+	return strings.TrimPrefix(lines[1], "# ")
 }
 
 // TestStatusEnabledWaitingComplete: ADD of an injected pod moves its
@@ -292,6 +333,57 @@ func TestStatusEnabledWaitingComplete(t *testing.T) {
 	// Only the annotation changed: labels, other annotations, spec kept.
 	if got.Annotations[annotations.KeyRedirectTrafficConfig] != defaultConfig || got.Labels[annotations.KeyInjectStatus] != "injected" {
 		t.Errorf("pod changed beyond the status: %v %v", got.Labels, got.Annotations)
+	}
+}
+
+// TestDualStackThroughTheAPI: a pod whose annotations (read from the real
+// API) say dual-stack gets both nat tables exactly as the golden file of the
+// same config has them (IPv4 without DNS rules, IPv6 with them) and is
+// marked complete; CHECK agrees, DEL leaves neither family with our rules.
+func TestDualStackThroughTheAPI(t *testing.T) {
+	e := setup(t)
+	e.dualStack = true
+	ctx := context.Background()
+	e.writeKubeconfig(t, e.c.Config.Host, e.token(t, ""))
+	chain := e.chain(t, nil)
+	ann := injectedAnnotations(goldenConfig(t, "dual-stack"))
+	ann[annotations.KeyDualStack] = "true"
+	pod := e.createPod(t, "web6", ann, map[string]string{annotations.KeyInjectStatus: "injected"})
+
+	netns := e.r.NewNetns(t, "pod")
+	rt := cnichain.Runtime("sandbox-web6", netns.Path, podArgs(pod)...)
+	if _, err := chain.Add(ctx, rt); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			chain.Del(context.Background(), rt)
+		}
+	})
+	for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		if got, want := natTableOf(t, netns, fam), golden(t, "dual-stack", fam); got != want {
+			t.Errorf("%s nat table\n%s\nwant\n%s", fam, got, want)
+		}
+	}
+	got, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, "web6", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Annotations[annotations.KeyTransparentProxyStatus]; s != annotations.TProxyStatusComplete {
+		t.Errorf("status %q after ADD, want complete", s)
+	}
+	if err := chain.Check(ctx, rt); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := chain.Del(ctx, rt); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	deleted = true
+	for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		if tbl := natTableOf(t, netns, fam); strings.Contains(tbl, "CONSUL") {
+			t.Errorf("%s rules left after DEL:\n%s", fam, tbl)
+		}
 	}
 }
 
