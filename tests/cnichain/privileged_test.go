@@ -445,7 +445,8 @@ func (s *apiStub) kubeconfig(t *testing.T, dir, server string) {
 
 // TestTrafficDualStack: a dual-stack pod (annotation dual-stack=true) gets
 // the IPv4 pass without DNS rules and the IPv6 pass with them; IPv6 and IPv4
-// traffic is redirected, DNS only over IPv6.
+// traffic is redirected, DNS only over IPv6; with the node's backend and with
+// legacy.
 func TestTrafficDualStack(t *testing.T) {
 	r := testnet.Reserve(t)
 	ctx := context.Background()
@@ -460,58 +461,69 @@ func TestTrafficDualStack(t *testing.T) {
 	// table comparison below uses the SDK only for the config without it).
 	cfg := fmt.Sprintf(`{"ConsulDNSIP":"::1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,`+
 		`"ExcludeInboundPorts":["20200"],"ExcludeOutboundPorts":["9090"],"ExcludeOutboundCIDRs":["%s/128"],"ExcludeUIDs":["5996"]}`, excluded6)
-	stub := &apiStub{pods: map[string]map[string]any{"default/web": {
-		"kind": "Pod", "apiVersion": "v1",
-		"metadata": map[string]any{"name": "web", "namespace": "default", "uid": "u-web", "annotations": map[string]any{
-			annotations.KeyInjectStatus:           "injected",
-			annotations.KeyTransparentProxyStatus: "enabled",
-			annotations.KeyDualStack:              "true",
-			annotations.KeyRedirectTrafficConfig:  cfg,
-		}},
-	}}}
-	srv := httptest.NewServer(stub)
-	t.Cleanup(srv.Close)
-	entry := consulEntry(t, "auto", nil)
-	stub.kubeconfig(t, entry["cni_net_dir"].(string), srv.URL)
+	// Both backends: the node's (auto) and legacy, each with both families.
+	for _, backend := range []string{"auto", "legacy"} {
+		t.Run(backend, func(t *testing.T) {
+			stub := &apiStub{pods: map[string]map[string]any{"default/web": {
+				"kind": "Pod", "apiVersion": "v1",
+				"metadata": map[string]any{"name": "web", "namespace": "default", "uid": "u-web", "annotations": map[string]any{
+					annotations.KeyInjectStatus:           "injected",
+					annotations.KeyTransparentProxyStatus: "enabled",
+					annotations.KeyDualStack:              "true",
+					annotations.KeyRedirectTrafficConfig:  cfg,
+				}},
+			}}}
+			srv := httptest.NewServer(stub)
+			t.Cleanup(srv.Close)
+			entry := consulEntry(t, backend, nil)
+			stub.kubeconfig(t, entry["cni_net_dir"].(string), srv.URL)
 
-	s4, s6 := podSubnets(r)
-	chain := New(t, Options{Subnet4: s4, Subnet6: s6, Consul: entry})
-	pod := r.NewNetns(t, "pod")
-	rt := Runtime("ctr-dual", pod.Path, [2]string{"K8S_POD_NAMESPACE", "default"}, [2]string{"K8S_POD_NAME", "web"},
-		[2]string{"K8S_POD_INFRA_CONTAINER_ID", "ctr-dual"}, [2]string{"K8S_POD_UID", "u-web"})
-	res, err := chain.Add(ctx, rt)
-	if err != nil {
-		t.Fatalf("ADD: %v", err)
+			s4, s6 := podSubnets(r)
+			chain := New(t, Options{Subnet4: s4, Subnet6: s6, Consul: entry})
+			pod := r.NewNetns(t, "pod")
+			rt := Runtime("ctr-dual-"+backend, pod.Path, [2]string{"K8S_POD_NAMESPACE", "default"}, [2]string{"K8S_POD_NAME", "web"},
+				[2]string{"K8S_POD_INFRA_CONTAINER_ID", "ctr-dual-" + backend}, [2]string{"K8S_POD_UID", "u-web"})
+			res, err := chain.Add(ctx, rt)
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			t.Cleanup(func() { chain.Del(context.Background(), rt) })
+			if got := strings.Join(stub.statuses, ","); got != "waiting,complete" {
+				t.Fatalf("status writes %q", got)
+			}
+			ip4, ip6 := podIP(t, res, false), podIP(t, res, true)
+			// The rules are in the tables of the backend asked for.
+			for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+				if tbl := saveNat(t, pod, backendFor(t, backend), fam); !strings.Contains(tbl, "-A CONSUL_PROXY_OUTPUT") {
+					t.Fatalf("backend %s, %s: no rules of ours in its nat table:\n%s", backend, fam, tbl)
+				}
+			}
+
+			listen(t, pod, "tcp", ":15001", "outbound-listener")
+			listen(t, pod, "tcp", ":20000", "inbound-listener")
+			listen(t, pod, "tcp", ":20200", "app-20200")
+			listen(t, pod, "udp", "[::1]:8600", "consul-dns6-udp")
+			listen(t, pod, "tcp", "[::1]:8600", "consul-dns6-tcp")
+			listen(t, pod, "udp", "127.0.0.1:53", "plain-dns4") // no IPv4 DNS rules in dual stack
+
+			runExpectations(t, pod, ext.Netns, []expect{
+				{1000, "tcp", hostPort(ext.V6, 8080), "outbound-listener"},
+				{5995, "tcp", hostPort(ext.V6, 8080), "external6"},
+				{5996, "tcp", hostPort(ext.V6, 8080), "external6"},
+				{1000, "tcp", hostPort(ext.V6, 9090), "external6-9090"},
+				{1000, "tcp", hostPort(excluded6, 8080), "external6-excluded-cidr"},
+				{1000, "udp", "[::1]:53", "consul-dns6-udp"},
+				{1000, "tcp", "[::1]:53", "consul-dns6-tcp"},
+				{1000, "tcp", hostPort(ext.V4, 8080), "outbound-listener"},
+				{5995, "tcp", hostPort(ext.V4, 8080), "external"},
+				{1000, "udp", "127.0.0.1:53", "plain-dns4"},
+				{-1, "tcp", hostPort(ip6, 8080), "inbound-listener"},
+				{-1, "tcp", hostPort(ip6, 20200), "app-20200"},
+				{-1, "tcp", hostPort(ip4, 8080), "inbound-listener"},
+				{-1, "tcp", hostPort(ip4, 20200), "app-20200"},
+			})
+		})
 	}
-	t.Cleanup(func() { chain.Del(context.Background(), rt) })
-	if got := strings.Join(stub.statuses, ","); got != "waiting,complete" {
-		t.Fatalf("status writes %q", got)
-	}
-	ip4, ip6 := podIP(t, res, false), podIP(t, res, true)
-
-	listen(t, pod, "tcp", ":15001", "outbound-listener")
-	listen(t, pod, "tcp", ":20000", "inbound-listener")
-	listen(t, pod, "tcp", ":20200", "app-20200")
-	listen(t, pod, "udp", "[::1]:8600", "consul-dns6-udp")
-	listen(t, pod, "tcp", "[::1]:8600", "consul-dns6-tcp")
-	listen(t, pod, "udp", "127.0.0.1:53", "plain-dns4") // no IPv4 DNS rules in dual stack
-
-	runExpectations(t, pod, ext.Netns, []expect{
-		{1000, "tcp", hostPort(ext.V6, 8080), "outbound-listener"},
-		{5995, "tcp", hostPort(ext.V6, 8080), "external6"},
-		{5996, "tcp", hostPort(ext.V6, 8080), "external6"},
-		{1000, "tcp", hostPort(ext.V6, 9090), "external6-9090"},
-		{1000, "tcp", hostPort(excluded6, 8080), "external6-excluded-cidr"},
-		{1000, "udp", "[::1]:53", "consul-dns6-udp"},
-		{1000, "tcp", "[::1]:53", "consul-dns6-tcp"},
-		{1000, "tcp", hostPort(ext.V4, 8080), "outbound-listener"},
-		{5995, "tcp", hostPort(ext.V4, 8080), "external"},
-		{1000, "udp", "127.0.0.1:53", "plain-dns4"},
-		{-1, "tcp", hostPort(ip6, 8080), "inbound-listener"},
-		{-1, "tcp", hostPort(ip6, 20200), "app-20200"},
-		{-1, "tcp", hostPort(ip4, 8080), "inbound-listener"},
-		{-1, "tcp", hostPort(ip4, 20200), "app-20200"},
-	})
 }
 
 // TestDualStackTableMatchesSDK: the same through the Kubernetes path, with a
