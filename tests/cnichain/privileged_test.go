@@ -558,26 +558,6 @@ func TestDualStackTableMatchesSDK(t *testing.T) {
 	}
 }
 
-// goldenTable reads one table section of a pkg/redirect golden file.
-func goldenTable(t *testing.T, name string, fam redirect.Family) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", name+".golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	head := "## " + fam.String() + " nat table after ADD (iptables-save -t nat)\n"
-	s := string(b)
-	i := strings.Index(s, head)
-	if i < 0 {
-		t.Fatalf("golden %s has no %s table", name, fam)
-	}
-	s = s[i+len(head):]
-	if j := strings.Index(s, "\n## "); j >= 0 {
-		s = s[:j+1]
-	}
-	return s
-}
-
 // TestLifecycle: the default consul-k8s config through the whole chain,
 // then a repeated ADD, CHECK before and after a rule was deleted by hand,
 // DEL twice, and DEL after the namespace is gone.
@@ -598,7 +578,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("ADD: %v", err)
 	}
 	b := backendFor(t, "auto")
-	want := goldenTable(t, "default", redirect.IPv4)
+	want := GoldenTable(t, "default", redirect.IPv4)
 	if got := saveNat(t, pod, b, redirect.IPv4); got != want {
 		t.Fatalf("nat table after ADD\n%s\nwant (default.golden)\n%s", got, want)
 	}

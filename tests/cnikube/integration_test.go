@@ -225,43 +225,7 @@ func natTableOf(t *testing.T, ns *testnet.Netns, fam redirect.Family) string {
 
 func goldenDefault(t *testing.T) string {
 	t.Helper()
-	return golden(t, "default", redirect.IPv4)
-}
-
-// golden returns the table of one family after ADD from a pkg/redirect
-// golden file (the section ends where the next "## " heading starts).
-func golden(t *testing.T, name string, fam redirect.Family) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", name+".golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	head := "## " + fam.String() + " nat table after ADD (iptables-save -t nat)\n"
-	i := strings.Index(s, head)
-	if i < 0 {
-		t.Fatalf("%s.golden has no %s table", name, fam)
-	}
-	s = s[i+len(head):]
-	if j := strings.Index(s, "\n## "); j >= 0 {
-		s = s[:j+1]
-	}
-	return s
-}
-
-// goldenConfig is the redirect-traffic-config a golden file was made from
-// (its second line).
-func goldenConfig(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", name+".golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.SplitN(string(b), "\n", 3)
-	if len(lines) < 3 || !strings.HasPrefix(lines[1], "# {") {
-		t.Fatalf("%s.golden: second line is not the config", name)
-	}
-	return strings.TrimPrefix(lines[1], "# ")
+	return cnichain.GoldenTable(t, "default", redirect.IPv4)
 }
 
 // TestStatusEnabledWaitingComplete: ADD of an injected pod moves its
@@ -346,7 +310,7 @@ func TestDualStackThroughTheAPI(t *testing.T) {
 	ctx := context.Background()
 	e.writeKubeconfig(t, e.c.Config.Host, e.token(t, ""))
 	chain := e.chain(t, nil)
-	ann := injectedAnnotations(goldenConfig(t, "dual-stack"))
+	ann := injectedAnnotations(cnichain.GoldenConfig(t, "dual-stack"))
 	ann[annotations.KeyDualStack] = "true"
 	pod := e.createPod(t, "web6", ann, map[string]string{annotations.KeyInjectStatus: "injected"})
 
@@ -362,7 +326,7 @@ func TestDualStackThroughTheAPI(t *testing.T) {
 		}
 	})
 	for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
-		if got, want := natTableOf(t, netns, fam), golden(t, "dual-stack", fam); got != want {
+		if got, want := natTableOf(t, netns, fam), cnichain.GoldenTable(t, "dual-stack", fam); got != want {
 			t.Errorf("%s nat table\n%s\nwant\n%s", fam, got, want)
 		}
 	}
