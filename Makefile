@@ -7,6 +7,10 @@
 
 SHELL       := /bin/bash
 GO          ?= go
+# hack/install-go.sh puts the Go of go.mod here when no recent enough Go is found.
+GO_PREFIX   ?= /usr/local/go
+export GO_PREFIX
+export PATH := $(GO_PREFIX)/bin:$(PATH)
 BIN         := bin
 CACHE       := .cache
 KUBE_BIN    := $(CACHE)/kube/bin
@@ -24,33 +28,37 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build deps kube-bins cni-bins test test-unit test-privileged test-integration \
+.PHONY: all toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
 	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean
 
 all: build
 
+## toolchain: the Go version go.mod names, installed into GO_PREFIX when missing
+toolchain:
+	@./hack/install-go.sh
+
 ## build: the project's commands into bin/
-build:
+build: toolchain
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(wildcard $(COMMANDS:%=cmd/%)))
 
 ## deps: system packages (iptables, iproute2, nsenter, etcd) via apt-get when missing
-deps:
+deps: toolchain
 	@./hack/install-deps.sh
 
 ## kube-bins: kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 (cold: ~15 min on 2 cores)
-kube-bins:
+kube-bins: toolchain
 	@./hack/build-kube.sh $(abspath $(KUBE_BIN))
 
 ## cni-bins: reference CNI plugins pinned in go.mod
-cni-bins:
+cni-bins: toolchain
 	@mkdir -p $(CNI_BIN)
 	CGO_ENABLED=0 $(GO) build -o $(CNI_BIN)/ $(CNI_PLUGINS)
 
 ## test: everything (.ci/run calls this)
 test: lint test-unit test-privileged test-integration
 
-test-unit:
+test-unit: toolchain
 	$(GOTEST) $(TEST_FLAGS) -count=1 ./...
 	$(MAKE) test-manifests
 
@@ -62,14 +70,14 @@ test-integration: deps kube-bins
 	$(MAKE) test-manifests-integration
 
 ## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/manifests)
-test-manifests:
+test-manifests: toolchain
 	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 ./...
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics
 test-manifests-integration: deps kube-bins
 	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 30m ./...
 
-lint:
+lint: toolchain
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags privileged ./...
@@ -78,11 +86,11 @@ lint:
 	cd tests/kube && $(GO) vet -trimpath ./...
 	cd tests/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
 
-fmt:
+fmt: toolchain
 	gofmt -w $$(git ls-files '*.go')
 
 ## bench: unit-level Go benchmarks
-bench:
+bench: toolchain
 	$(GOTEST) -run '^$$' -bench . -benchmem ./pkg/...
 
 ## bench-cni: consul-cni ADD in fresh netns vs one iptables exec per rule (root); prints median, p99, ratio
@@ -97,7 +105,7 @@ bench-repair: deps kube-bins
 
 ## fuzz: run each fuzz target briefly (FUZZTIME=30s by default)
 FUZZTIME ?= 30s
-fuzz:
+fuzz: toolchain
 	@for spec in $$(grep -rl --include='*_test.go' '^func Fuzz' pkg | xargs -n1 dirname | sort -u); do \
 		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$spec/*_test.go | cut -d' ' -f2); do \
 			echo ">> $$spec $$f"; $(GOTEST) -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$spec || exit 1; \

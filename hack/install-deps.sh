@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the privileged and integration tiers and the
 # demo use, when they are missing: iptables (nft and legacy), iproute2,
-# nsenter (util-linux) and etcd. Needs root and Debian's apt.
+# nsenter (util-linux) and etcd. Needs root and Debian's apt. Go itself is
+# hack/install-go.sh's job.
 set -euo pipefail
 
 need=()
@@ -9,15 +10,6 @@ command -v iptables-restore >/dev/null 2>&1 || need+=(iptables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
-
-if ! command -v go >/dev/null 2>&1; then
-	if [ -x /usr/local/go/bin/go ]; then
-		echo "go is at /usr/local/go/bin but not on PATH: export PATH=\$PATH:/usr/local/go/bin" >&2
-	else
-		echo "Go 1.26 or newer is required (https://go.dev/dl/); it is not installed" >&2
-	fi
-	exit 1
-fi
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
