@@ -2,9 +2,9 @@ package repair
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -497,14 +497,14 @@ func (c *Controller) do(ctx context.Context, pod *corev1.Pod) error {
 	case ActionDelete:
 		return c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
 	case ActionLabel:
-		patch := `[{"op":"test","path":"/metadata/uid","value":` + strconv.Quote(string(pod.UID)) + `},`
-		if pod.Labels == nil {
-			patch += `{"op":"add","path":"/metadata/labels","value":{}},`
+		patch, err := LabelPatch(pod)
+		if err != nil {
+			return err
 		}
-		patch += `{"op":"add","path":"/metadata/labels/` + jsonPointerEscape(annotations.LabelUninitialized) + `","value":` + strconv.Quote(annotations.LabelUninitializedValue) + `}]`
-		_, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if apierrors.IsInvalid(err) {
-			// The test op failed: the pod was replaced.
+			// A different UID is refused as an invalid change of an
+			// immutable field: the pod was replaced.
 			return apierrors.NewConflict(corev1.Resource("pods"), pod.Name, err)
 		}
 		return err
@@ -514,6 +514,19 @@ func (c *Controller) do(ctx context.Context, pod *corev1.Pod) error {
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: pre},
 		})
 	}
+}
+
+// LabelPatch is the merge patch of the label action. It adds our label to
+// whatever labels the pod has (the cache holds only ours, so it cannot tell
+// which exist); the UID and resourceVersion in it are preconditions: the API
+// server refuses the patch when the pod was replaced or changed since it
+// was judged.
+func LabelPatch(pod *corev1.Pod) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":             pod.UID,
+		"resourceVersion": pod.ResourceVersion,
+		"labels":          map[string]string{annotations.LabelUninitialized: annotations.LabelUninitializedValue},
+	}})
 }
 
 // brokenCounts counts the cached pods detected broken, by reason (metrics).

@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -211,9 +212,11 @@ func TestLabelActionPatchesOnlyTheLabel(t *testing.T) {
 	if len(muts) != 1 || muts[0].GetVerb() != "patch" {
 		t.Fatalf("want one patch, got %v", muts)
 	}
-	patch := string(muts[0].(k8stesting.PatchAction).GetPatch())
-	if !strings.Contains(patch, `"op":"test","path":"/metadata/uid"`) {
-		t.Errorf("patch does not test the UID: %s", patch)
+	pa := muts[0].(k8stesting.PatchAction)
+	patch := string(pa.GetPatch())
+	if pa.GetPatchType() != types.MergePatchType || !strings.Contains(patch, `"uid":"`+string(p.UID)+`"`) ||
+		!strings.Contains(patch, `"resourceVersion":"`+p.ResourceVersion+`"`) {
+		t.Errorf("want a merge patch with the UID and resourceVersion as preconditions, got %s %s", pa.GetPatchType(), patch)
 	}
 	got, err := h.client.CoreV1().Pods("app").Get(context.Background(), p.Name, metav1.GetOptions{})
 	if err != nil {
@@ -230,6 +233,31 @@ func TestLabelActionPatchesOnlyTheLabel(t *testing.T) {
 	}
 	if m := h2.mutations(); len(m) != 0 {
 		t.Fatalf("labelled pod acted on again: %v", m)
+	}
+}
+
+// TestLabelActionKeepsLabelsTheCacheDoesNotHold: the informer keeps only
+// our labels, so a pod injected by annotation alone has no labels in the
+// cache; labelling it must add ours to its real labels, not replace them.
+func TestLabelActionKeepsLabelsTheCacheDoesNotHold(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h.addNode(readyNode("n1"))
+	p := brokenB()
+	p.Labels = map[string]string{"app": "web", "pod-template-hash": "5d8f"}
+	key := h.addPod(p)
+	if cached, err := h.c.pods.Pods(p.Namespace).Get(p.Name); err != nil || len(cached.Labels) != 0 {
+		t.Fatalf("precondition: the cache should hold none of these labels: %v %v", cached.Labels, err)
+	}
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.client.CoreV1().Pods("app").Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"app": "web", "pod-template-hash": "5d8f", annotations.LabelUninitialized: annotations.LabelUninitializedValue}
+	if !reflect.DeepEqual(got.Labels, want) {
+		t.Fatalf("labels after the action %v, want %v", got.Labels, want)
 	}
 }
 

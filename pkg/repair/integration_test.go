@@ -189,6 +189,71 @@ func TestIntegrationBarePodUntouched(t *testing.T) {
 	}
 }
 
+// The label action's merge patch against the real API server: it keeps the
+// pod's other labels, and its UID and resourceVersion are preconditions (a
+// changed or replaced pod is refused, so the controller never labels a pod
+// it did not judge).
+func TestIntegrationLabelPatchPreconditions(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	pods := c.Client.CoreV1().Pods(ns)
+	ctx := context.Background()
+	// Bound to a node of its own, so no scheduler or kubelet changes it.
+	tmpl := injectedPodTemplate(ns, "lbl", newNode(t, c, true))
+	create := func() *corev1.Pod {
+		p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lbl",
+			Labels: map[string]string{"app": "lbl", "tier": "web"}, Annotations: tmpl.Annotations}, Spec: tmpl.Spec}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	patch := func(judged *corev1.Pod) error {
+		b, err := repair.LabelPatch(judged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = pods.Patch(ctx, judged.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		return err
+	}
+	judged := create()
+
+	// Changed since judged: refused.
+	changed := judged.DeepCopy()
+	changed.Annotations["touched"] = "yes"
+	if _, err := pods.Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := patch(judged); !apierrors.IsConflict(err) {
+		t.Fatalf("patch of a pod changed since it was judged: %v, want a conflict", err)
+	}
+
+	// Replaced (same name, new UID): refused.
+	if err := pods.Delete(ctx, "lbl", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod to be gone", func() (bool, error) {
+		_, err := pods.Get(ctx, "lbl", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	replacement := create()
+	if err := patch(judged); err == nil || (!apierrors.IsConflict(err) && !apierrors.IsInvalid(err)) {
+		t.Fatalf("patch of a replaced pod: %v, want a conflict or an invalid change", err)
+	}
+
+	// Unchanged: labelled, other labels kept.
+	if err := patch(replacement); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pods.Get(ctx, "lbl", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["app"] != "lbl" || got.Labels["tier"] != "web" || got.Labels[annotations.LabelUninitialized] != annotations.LabelUninitializedValue {
+		t.Fatalf("labels %v", got.Labels)
+	}
+}
+
 // Dry run: Normal WouldRepair Events and dry_run="true" counts, nothing else.
 func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 	c := cluster.Shared(t)

@@ -177,7 +177,11 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 	if cniPod != nil {
 		if !NodeLabelledReady(node) {
 			if node.Labels == nil {
-				ops = append(ops, jsonOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}})
+				// Adding the whole map replaces any labels the node has
+				// meanwhile: only on the version that has none.
+				ops = append(ops,
+					jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+					jsonOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}})
 			} else {
 				ops = append(ops, jsonOp{Op: "add", Path: labelPath, Value: annotations.LabelCNIReadyValue})
 			}

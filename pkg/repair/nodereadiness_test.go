@@ -218,6 +218,30 @@ func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
 	}
 }
 
+// The cache shows a node without labels, but the node has got labels
+// since: adding the whole label map would replace them, so the patch is
+// guarded by the resourceVersion and fails instead.
+func TestNodeReadinessStaleCacheKeepsLabels(t *testing.T) {
+	node := newNode(nil)
+	node.ResourceVersion = "1"
+	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
+	live := h.node()
+	live.Labels = map[string]string{"kubernetes.io/hostname": "n1"}
+	live.ResourceVersion = "2"
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h.node().ResourceVersion == "1" {
+		t.Fatal("precondition: the live node must have another resourceVersion than the cached one")
+	}
+	if err := h.n.sync(context.Background(), "n1"); err == nil {
+		t.Fatal("patch on stale data succeeded")
+	}
+	if n := h.node(); n.Labels["kubernetes.io/hostname"] != "n1" {
+		t.Fatalf("labels replaced by a patch on stale data: %v", n.Labels)
+	}
+}
+
 func TestNodeReadinessIgnoresTerminatingCNIPod(t *testing.T) {
 	p := cniPod("n1", true, -time.Second)
 	ts := at(0)
