@@ -54,6 +54,17 @@ func (b *Breaker) IsOpen(node string) bool {
 	return b.open[node]
 }
 
+// Open lists the nodes whose breaker is open.
+func (b *Breaker) Open() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	nodes := make([]string, 0, len(b.open))
+	for n := range b.open {
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
 // OpenNodes counts nodes whose breaker is open.
 func (b *Breaker) OpenNodes() int {
 	b.mu.Lock()

@@ -172,6 +172,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			wait.UntilWithContext(ctx, c.runWorker, time.Second)
 		}()
 	}
+	if c.cfg.Breaker {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.recheckBreakers, breakerRecheck)
+		}()
+	}
 	<-ctx.Done()
 	logger.Info("Stopping repair controller")
 	c.queue.ShutDown()
@@ -406,6 +413,19 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		}
 	}
 	return open
+}
+
+// recheckBreakers judges every open breaker again. Pods re-examine the
+// breaker of their node when they are synced, but once the broken pods of a
+// node are gone (deleted by hand, say) none is synced there any more, and
+// without this the breaker, its gauge and its alert would stay open.
+func (c *Controller) recheckBreakers(ctx context.Context) {
+	now := c.now()
+	for _, node := range c.breaker.Open() {
+		if open, since := c.gate.Open(node); open {
+			c.breakerOpen(ctx, node, since, now)
+		}
+	}
 }
 
 func countedByBreaker(p *corev1.Pod) bool {

@@ -664,6 +664,52 @@ func TestControllerBreaker(t *testing.T) {
 	}
 }
 
+// An open breaker whose broken pods are deleted by hand closes at the next
+// periodic re-check, although no broken pod is synced there any more.
+func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		p := mkPod(sandboxAt(-30*time.Second), initStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, -30*time.Second, -29*time.Second)},
+		}))
+		pods = append(pods, p)
+		if err := h.sync(h.addPod(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+		t.Fatalf("precondition: breaker open, gauge = %v", got)
+	}
+	h.c.recheckBreakers(context.Background())
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+		t.Fatalf("re-check with the broken pods still there closed it: gauge = %v", got)
+	}
+	for _, p := range pods {
+		if err := h.inf.Pods.GetIndexer().Delete(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.c.recheckBreakers(context.Background())
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 0 {
+		t.Fatalf("breaker still open after its pods were deleted: gauge = %v", got)
+	}
+	closed := 0
+	for _, e := range h.events() {
+		if strings.HasPrefix(e, "Normal "+EventRepairCircuitClosed) {
+			closed++
+		}
+	}
+	if closed != 1 {
+		t.Fatalf("want one RepairCircuitClosed event, got %d", closed)
+	}
+}
+
 func TestStateMetrics(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(readyNode("n1"))
