@@ -29,6 +29,11 @@ const (
 	// KeyDualStack is "true" when the pod's redirection covers IPv6 too.
 	// Older webhooks do not write it; missing means single stack.
 	KeyDualStack = "consul.hashicorp.com/dual-stack"
+
+	// KeyConfigMirror is kubelet's annotation on the API mirror of a static
+	// pod; its value is the static pod's own UID (the one the runtime and
+	// CNI_ARGS carry).
+	KeyConfigMirror = "kubernetes.io/config.mirror"
 )
 
 // Values of the markers above.

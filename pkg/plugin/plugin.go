@@ -117,7 +117,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return fmt.Errorf("consul-cni: %s: %w", tg.what, err)
 	}
 	if err := redirect.Apply(exCtx, ex, tg.sets); err != nil {
-		err = fmt.Errorf("consul-cni: %s: applying the traffic redirection rules in %s failed (nothing of ours was left in place): %w", tg.what, args.Netns, err)
+		err = fmt.Errorf("consul-cni: %s: applying the traffic redirection rules in %s failed: %w", tg.what, args.Netns, err)
 		log.Error("ADD failed", "error", err)
 		return err
 	}
@@ -126,7 +126,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		ctx := apiCtx
 		n, err := patchStatus(ctx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
 		if err != nil {
-			if rerr := redirect.Remove(exCtx, ex, redirect.Families); rerr != nil {
+			// The API deadline may have taken the iptables one with it.
+			cctx, ccancel := context.WithTimeout(context.Background(), redirect.CleanupTimeout)
+			rerr := redirect.Remove(cctx, ex, redirect.Families)
+			ccancel()
+			if rerr != nil {
 				log.Error("removing the rules after the failed status update", "error", rerr)
 			}
 			err = fmt.Errorf("consul-cni: %s: rules applied but setting %s=%s failed after %d attempt(s), so the rules were removed and ADD fails for the runtime to retry: %w",
@@ -165,7 +169,9 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		return nil, fmt.Errorf("consul-cni: %s: reading the pod from the Kubernetes API (kubeconfig %s) failed after %d attempt(s): %w",
 			tg.what, path, n, apiHint(ctx, err, conf))
 	}
-	if a.PodUID != "" && pod.UID != a.PodUID {
+	if a.PodUID != "" && pod.UID != a.PodUID && pod.Annotations[annotations.KeyConfigMirror] != string(a.PodUID) {
+		// (A static pod's sandbox carries the static pod's UID; the API
+		// holds its mirror pod, which names that UID in an annotation.)
 		return nil, fmt.Errorf("consul-cni: %s: the API holds a different pod of that name (uid %s, the sandbox is for uid %s)", tg.what, pod.UID, a.PodUID)
 	}
 	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {

@@ -434,6 +434,26 @@ func TestAddReplacedPod(t *testing.T) {
 	}
 }
 
+// A static pod's sandbox carries the static pod's UID while the API holds
+// its mirror pod under another UID: that is the same pod, not a replaced
+// one, and such a pod (never injected) starts normally.
+func TestAddStaticPodThroughItsMirror(t *testing.T) {
+	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "etcd-n1", UID: "mirror-uid",
+		Annotations: map[string]string{annotations.KeyConfigMirror: "static-uid"}}}
+	e := newEnv(t, mirror)
+	if err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("etcd-n1")+";K8S_POD_UID=static-uid")); err != nil {
+		t.Fatalf("ADD of a static pod: %v", err)
+	}
+	if len(e.fake.Calls) != 0 {
+		t.Fatal("rules applied to a pod that is not injected")
+	}
+	// Another UID than the one the mirror names is still a different pod.
+	err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("etcd-n1")+";K8S_POD_UID=other-uid"))
+	if err == nil || !strings.Contains(err.Error(), "different pod") {
+		t.Fatalf("error %v", err)
+	}
+}
+
 func TestAddNomadPath(t *testing.T) {
 	e := newEnv(t)
 	cfg := `{"ConsulDNSIP":"","ConsulDNSPort":0,"ProxyUserID":"101","ProxyInboundPort":25000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["9000"],"ExcludeOutboundPorts":null,"ExcludeOutboundCIDRs":["10.1.0.0/16"],"ExcludeUIDs":null,"NetNS":"/var/run/docker/netns/x"}`

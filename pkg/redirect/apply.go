@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
+
+// CleanupTimeout bounds the removal of partial rules after a failure. It
+// runs on a context of its own: the failure may be the caller's deadline.
+const CleanupTimeout = 10 * time.Second
 
 // Executor runs iptables-save and iptables-restore for the nat table of one
 // network namespace. Restore applies its input atomically: either all of it
@@ -28,10 +33,12 @@ type Executor interface {
 func Apply(ctx context.Context, ex Executor, sets []RuleSet) error {
 	var done []Family
 	fail := func(err error) error {
-		if cerr := Remove(ctx, ex, append(done, FamiliesOf(sets)...)); cerr != nil {
-			return fmt.Errorf("%w (and removing the partial rules failed too: %v)", err, cerr)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+		defer cancel()
+		if cerr := Remove(cctx, ex, append(done, FamiliesOf(sets)...)); cerr != nil {
+			return fmt.Errorf("%w (and removing the partial rules failed too, some may be left: %v)", err, cerr)
 		}
-		return err
+		return fmt.Errorf("%w (no rule of ours was left in place)", err)
 	}
 	for _, rs := range sets {
 		err := ex.Restore(ctx, rs.Family, rs.RestoreNew())
@@ -52,15 +59,17 @@ func Apply(ctx context.Context, ex Executor, sets []RuleSet) error {
 		}
 		done = append(done, rs.Family)
 		if rs.Family == IPv4 {
-			if err := removeOthers(ctx, ex, sets); err != nil {
-				return fail(err)
-			}
+			removeOthers(ctx, ex, sets)
 		}
 	}
 	return nil
 }
 
-func removeOthers(ctx context.Context, ex Executor, sets []RuleSet) error {
+// removeOthers cleans the families not in sets (an IPv6 pass left by an
+// earlier dual-stack ADD). It is best effort: a node without IPv6 cannot even
+// list that table, and rules left in it would redirect traffic to the proxy,
+// never let it bypass.
+func removeOthers(ctx context.Context, ex Executor, sets []RuleSet) {
 	var others []Family
 	for _, f := range Families {
 		in := false
@@ -71,7 +80,7 @@ func removeOthers(ctx context.Context, ex Executor, sets []RuleSet) error {
 			others = append(others, f)
 		}
 	}
-	return Remove(ctx, ex, others)
+	_ = Remove(ctx, ex, others)
 }
 
 // Check compares each family's nat table with its rule set. It returns a

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Backend is the iptables backend: which kernel interface the rules go
@@ -196,6 +197,11 @@ func InNetns(path string, fn func() error) error {
 		}
 		defer h.Close()
 		if err := netns.Set(h); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				// The path exists but is not a network namespace (any
+				// more): an unmounted bind mount, a leftover file.
+				err = fmt.Errorf("%w: setns: %v", ErrNetnsGone, err)
+			}
 			errc <- fmt.Errorf("enter netns %s: %w", path, err)
 			return
 		}

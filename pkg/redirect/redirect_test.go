@@ -245,6 +245,83 @@ func TestFailureLeavesNothing(t *testing.T) {
 	}
 }
 
+// deadlineExec is a Fake whose calls fail once their context is done, as
+// the real tools killed by exec.CommandContext do.
+type deadlineExec struct{ *Fake }
+
+func (e deadlineExec) Save(ctx context.Context, fam Family) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return e.Fake.Save(ctx, fam)
+}
+
+func (e deadlineExec) Restore(ctx context.Context, fam Family, in []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return e.Fake.Restore(ctx, fam, in)
+}
+
+// When the failure is the caller's deadline (the IPv6 restore runs past it
+// after IPv4 was applied), the partial rules are still removed: cleanup has
+// a context of its own.
+func TestFailureAtTheDeadlineStillCleansUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &Fake{}
+	f.FailRestore = func(fam Family, in []byte) error {
+		if fam == IPv6 && !strings.Contains(string(in), "-X ") {
+			cancel()
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
+	err := Apply(ctx, deadlineExec{f}, mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no rule of ours was left in place") {
+		t.Fatalf("error %v", err)
+	}
+	if strings.Contains(f.Table(IPv4), "CONSUL") {
+		t.Fatalf("IPv4 rules left after a failure at the deadline:\n%s", f.Table(IPv4))
+	}
+}
+
+// A repeated ADD of a single-stack pod on a node whose IPv6 nat table cannot
+// be listed (no IPv6) succeeds: cleaning the other family is best effort.
+func TestReapplyWithoutIPv6(t *testing.T) {
+	ctx := context.Background()
+	f := &Fake{FailSave: func(fam Family) error {
+		if fam == IPv6 {
+			return errors.New("ip6tables-save: Table does not exist")
+		}
+		return nil
+	}}
+	sets := mustSets(t, upstreamDefault, false)
+	for i := 0; i < 2; i++ {
+		if err := Apply(ctx, f, sets); err != nil {
+			t.Fatalf("ADD %d: %v", i+1, err)
+		}
+	}
+	if err := Check(ctx, f, sets); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A path that exists but is not a network namespace (a leftover file, an
+// unmounted bind mount) counts as a namespace that is gone, so DEL can
+// succeed; fn never runs.
+func TestInNetnsNotANamespace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	err := InNetns(path, func() error { ran = true; return nil })
+	if !errors.Is(err, ErrNetnsGone) || ran {
+		t.Fatalf("InNetns on a regular file: err %v, fn ran %v", err, ran)
+	}
+}
+
 func TestCheckReportsDrift(t *testing.T) {
 	ctx := context.Background()
 	sets := mustSets(t, upstreamDefault, false)

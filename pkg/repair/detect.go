@@ -28,7 +28,7 @@ const (
 var AllReasons = []Reason{ReasonTProxyStatusStuck, ReasonInitCheckFailed}
 
 // MirrorPodAnnotation marks the API mirror of a kubelet static pod.
-const MirrorPodAnnotation = "kubernetes.io/config.mirror"
+const MirrorPodAnnotation = annotations.KeyConfigMirror
 
 // Detector decides whether a pod bypassed the CNI plugin. It is a pure
 // function of the pod and the time, so it is cheap and table-testable.
