@@ -48,6 +48,10 @@ const (
 // even without any change (a safety net: changes requeue them at once).
 const breakerRecheck = time.Minute
 
+// stateSweep is how often the per-pod state of pods no longer in the cache
+// is dropped.
+const stateSweep = 5 * time.Minute
+
 // Controller finds injected pods that bypassed the CNI plugin and gets them
 // recreated. It follows sample-controller: cheap handlers put pod keys on a
 // rate-limited workqueue; workers run sync, which only reads the informer
@@ -179,6 +183,11 @@ func (c *Controller) Run(ctx context.Context) error {
 			wait.UntilWithContext(ctx, c.recheckBreakers, breakerRecheck)
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(context.Context) { c.forgetGonePods() }, stateSweep)
+	}()
 	<-ctx.Done()
 	logger.Info("Stopping repair controller")
 	c.queue.ShutDown()
@@ -346,6 +355,26 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	return c.act(ctx, logger, pod, v, st)
+}
+
+// forgetGonePods drops the state of pods the cache no longer holds. The
+// delete handler does it for most, but a pod replaced under the same name
+// while the watch was down reaches us as an update, and a worker still
+// judging a pod when its delete arrives recreates the state afterwards.
+func (c *Controller) forgetGonePods() {
+	live := map[types.UID]bool{}
+	for _, o := range c.podIndex.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			live[p.UID] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.state {
+		if !live[uid] {
+			delete(c.state, uid)
+		}
+	}
 }
 
 func (c *Controller) podState(uid types.UID, now time.Time) *podState {

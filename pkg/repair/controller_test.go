@@ -710,6 +710,34 @@ func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
 	}
 }
 
+// The state of a pod that left the cache without a delete event (replaced
+// under the same name while the watch was down) is dropped by the sweep;
+// the state of pods still cached is kept.
+func TestForgetGonePods(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h.addNode(readyNode("n1"))
+	gone, kept := brokenB(), brokenB()
+	for _, p := range []*corev1.Pod{gone, kept} {
+		if err := h.sync(h.addPod(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replacement := gone.DeepCopy()
+	replacement.UID = "uid-replacement"
+	s, _ := SlimInjectedPod(replacement)
+	if err := h.inf.Pods.GetIndexer().Update(s); err != nil {
+		t.Fatal(err)
+	}
+	h.c.forgetGonePods()
+	h.c.mu.Lock()
+	_, hasGone := h.c.state[gone.UID]
+	_, hasKept := h.c.state[kept.UID]
+	h.c.mu.Unlock()
+	if hasGone || !hasKept {
+		t.Fatalf("state after the sweep: replaced pod kept %v, cached pod kept %v", hasGone, hasKept)
+	}
+}
+
 func TestStateMetrics(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(readyNode("n1"))
