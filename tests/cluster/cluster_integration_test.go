@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -115,7 +116,8 @@ func TestControllersAndScheduler(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "fake-" + ns},
+		// The node has no hostname label unless we give it one.
+		ObjectMeta: metav1.ObjectMeta{Name: "fake-" + ns, Labels: map[string]string{"kubernetes.io/hostname": "fake-" + ns}},
 		Status: corev1.NodeStatus{
 			Capacity:    corev1.ResourceList{corev1.ResourcePods: resourceQuantity("10"), corev1.ResourceCPU: resourceQuantity("4"), corev1.ResourceMemory: resourceQuantity("8Gi")},
 			Allocatable: corev1.ResourceList{corev1.ResourcePods: resourceQuantity("10"), corev1.ResourceCPU: resourceQuantity("4"), corev1.ResourceMemory: resourceQuantity("8Gi")},
@@ -127,8 +129,17 @@ func TestControllersAndScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
-	n.Status = node.Status
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// kube-controller-manager's node lifecycle controller writes the new
+	// Node too (taints, conditions): retry on its conflicts.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status = node.Status
+		n, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	two := int32(2)
@@ -147,12 +158,6 @@ func TestControllersAndScheduler(t *testing.T) {
 				},
 			},
 		},
-	}
-	// The node has no hostname label unless we give it one.
-	n, _ = c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-	n.Labels = map[string]string{"kubernetes.io/hostname": n.Name}
-	if _, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
