@@ -323,7 +323,7 @@ func TestNeverTouched(t *testing.T) {
 	ts := at(-time.Second)
 	for name, p := range map[string]*corev1.Pod{
 		"terminating": brokenB(func(p *corev1.Pod) { p.DeletionTimestamp = &ts }),
-		"mirror":      brokenB(withAnnotation(MirrorPodAnnotation, "x")),
+		"mirror":      brokenB(withAnnotation(annotations.KeyConfigMirror, "x")),
 		"complete":    brokenB(withStatus("complete")),
 		"young A":     mkPod(sandboxAt(-time.Second)),
 	} {

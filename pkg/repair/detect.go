@@ -27,9 +27,6 @@ const (
 // AllReasons lists every Reason, in a fixed order (metrics).
 var AllReasons = []Reason{ReasonTProxyStatusStuck, ReasonInitCheckFailed}
 
-// MirrorPodAnnotation marks the API mirror of a kubelet static pod.
-const MirrorPodAnnotation = annotations.KeyConfigMirror
-
 // Detector decides whether a pod bypassed the CNI plugin. It is a pure
 // function of the pod and the time, so it is cheap and table-testable.
 type Detector struct {
@@ -94,7 +91,7 @@ func Examinable(pod *corev1.Pod) (bool, string) {
 
 // IsMirrorPod reports whether pod is the mirror of a static pod.
 func IsMirrorPod(pod *corev1.Pod) bool {
-	if _, ok := pod.Annotations[MirrorPodAnnotation]; ok {
+	if _, ok := pod.Annotations[annotations.KeyConfigMirror]; ok {
 		return true
 	}
 	for _, ref := range pod.OwnerReferences {

@@ -48,7 +48,7 @@ func TestDetectMatrix(t *testing.T) {
 		{name: "status completed (accepted spelling)", pod: mkPod(withStatus("completed"), sandboxAt(-time.Hour))},
 		{name: "unknown status value", pod: mkPod(withStatus("disabled"), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
 		{name: "being deleted", pod: mkPod(sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName), func(p *corev1.Pod) { ts := at(-time.Second); p.DeletionTimestamp = &ts })},
-		{name: "mirror pod (annotation)", pod: mkPod(withAnnotation(MirrorPodAnnotation, "abc"), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
+		{name: "mirror pod (annotation)", pod: mkPod(withAnnotation(annotations.KeyConfigMirror, "abc"), sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName))},
 		{name: "static pod owned by its Node", pod: mkPod(sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName), func(p *corev1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", Controller: &yes}}
 		})},
@@ -228,7 +228,7 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 	}
 	// Unique values (mirror hashes) never grow the table without bound.
 	for i := 0; i < 3*maxInterned; i++ {
-		_, _ = SlimInjectedPod(mkPod(withAnnotation(MirrorPodAnnotation, time.Duration(i).String())))
+		_, _ = SlimInjectedPod(mkPod(withAnnotation(annotations.KeyConfigMirror, time.Duration(i).String())))
 	}
 	interned.mu.Lock()
 	n := len(interned.m)

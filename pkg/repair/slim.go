@@ -15,7 +15,7 @@ var keptPodAnnotations = []string{
 	annotations.KeyInjectStatus,
 	annotations.KeyMeshInjectStatus,
 	annotations.KeyTransparentProxyStatus,
-	MirrorPodAnnotation,
+	annotations.KeyConfigMirror,
 }
 
 // keptPodLabels are the only labels the controller reads.
