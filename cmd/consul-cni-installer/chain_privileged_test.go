@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -236,21 +235,7 @@ current-context: x
 	// Ground truth by real connections: from the early pod the external
 	// service answers (bypass); from the late pod the connection lands on
 	// the pod's outbound port.
-	dial := func(ns *testnet.Netns) (string, error) {
-		var got string
-		err := ns.Do(func() error {
-			c, err := net.DialTimeout("tcp", target.String(), 3*time.Second)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(3 * time.Second))
-			b, err := io.ReadAll(c)
-			got = strings.TrimSpace(string(b))
-			return err
-		})
-		return got, err
-	}
+	dial := func(ns *testnet.Netns) (string, error) { return ns.DialRead(target.String(), 3*time.Second) }
 	if got, err := dial(early); err != nil || got != "external" {
 		t.Fatalf("early pod: %q, %v: want the external service (no redirection)", got, err)
 	}

@@ -158,18 +158,7 @@ func dialFrom(t *testing.T, ns *testnet.Netns, addr string) (string, error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		var got string
-		err := ns.Do(func() error {
-			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			b, err := io.ReadAll(c)
-			got = strings.TrimSpace(string(b))
-			return err
-		})
+		got, err := ns.DialRead(addr, 5*time.Second)
 		if err == nil || time.Now().After(deadline) {
 			return got, err
 		}

@@ -384,19 +384,7 @@ func TestControllerUnderManifests(t *testing.T) {
 
 			// Node readiness: label added, startup taint removed.
 			eventually(t, 90*time.Second, "node labelled cni=ready without its startup taint", func() error {
-				n, err := c.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if n.Labels[annotations.LabelCNIReady] != annotations.LabelCNIReadyValue {
-					return fmt.Errorf("labels %v", n.Labels)
-				}
-				for _, tn := range n.Spec.Taints {
-					if tn.Key == annotations.TaintCNINotReady {
-						return fmt.Errorf("taints %v", n.Spec.Taints)
-					}
-				}
-				return nil
+				return nodeCNIReady(ctx, c.Client, nodeName)
 			})
 
 			// The action on the broken pod.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
@@ -109,6 +111,24 @@ func applyRBAC(tb testing.TB, a *applier, objs []*unstructured.Unstructured) {
 			}
 		}
 	}
+}
+
+// nodeCNIReady is nil once the node carries the cni=ready label and no
+// startup taint, else it says what is still there.
+func nodeCNIReady(ctx context.Context, cs kubernetes.Interface, name string) error {
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if n.Labels[annotations.LabelCNIReady] != annotations.LabelCNIReadyValue {
+		return fmt.Errorf("labels %v", n.Labels)
+	}
+	for _, tn := range n.Spec.Taints {
+		if tn.Key == annotations.TaintCNINotReady {
+			return fmt.Errorf("taints %v", n.Spec.Taints)
+		}
+	}
+	return nil
 }
 
 // eventually polls f until it returns nil or the timeout passes, then

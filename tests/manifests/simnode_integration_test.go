@@ -98,19 +98,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 		return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+controllerName, node.Name(), 2)
 	})
 	eventually(t, 2*time.Minute, "node labelled cni=ready without its startup taint", func() error {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name(), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Labels[annotations.LabelCNIReady] != annotations.LabelCNIReadyValue {
-			return fmt.Errorf("labels %v", n.Labels)
-		}
-		for _, tn := range n.Spec.Taints {
-			if tn.Key == annotations.TaintCNINotReady {
-				return fmt.Errorf("taints %v", n.Spec.Taints)
-			}
-		}
-		return nil
+		return nodeCNIReady(ctx, c.Client, node.Name())
 	})
 	lease, err := c.Client.CoordinationV1().Leases(namespace).Get(ctx, controllerName, metav1.GetOptions{})
 	if err != nil {

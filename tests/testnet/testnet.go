@@ -13,6 +13,7 @@ package testnet
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netns"
 )
@@ -300,6 +302,25 @@ func DoIn(path string, fn func() error) error {
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// DialRead connects from inside the namespace to addr over TCP and returns
+// what the peer writes before closing, trimmed; timeout bounds the dial and
+// the read each.
+func (n *Netns) DialRead(addr string, timeout time.Duration) (string, error) {
+	var got string
+	err := n.Do(func() error {
+		c, err := net.DialTimeout("tcp", addr, timeout)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(timeout))
+		b, err := io.ReadAll(c)
+		got = strings.TrimSpace(string(b))
+		return err
+	})
+	return got, err
 }
 
 // Listen opens a listener inside the namespace.
