@@ -29,7 +29,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
-	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean
+	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin
 
 all: build
 
@@ -120,7 +120,9 @@ cluster: deps kube-bins
 demo: deps kube-bins
 	$(GO) run ./tests/cmd/demo
 
-clean:
+clean: clean-testbin
 	rm -rf $(BIN) $(CACHE)/testbin
-	@# where tests/testbin builds when this checkout is not reachable by other users
+
+## clean-testbin: where tests/testbin builds when this checkout is not reachable by other users
+clean-testbin:
 	rm -rf "$${TMPDIR:-/tmp}/ccr-testbin-$$(printf %s "$(CURDIR)" | sha256sum | cut -c1-12)"
