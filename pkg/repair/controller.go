@@ -48,6 +48,9 @@ const (
 // even without any change (a safety net: changes requeue them at once).
 const breakerRecheck = time.Minute
 
+// actionTimeout bounds one action's API call, which shutdown does not cancel.
+const actionTimeout = 10 * time.Second
+
 // stateSweep is how often the per-pod state of pods no longer in the cache
 // is dropped.
 const stateSweep = 5 * time.Minute
@@ -481,7 +484,12 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 			"Dry run: would %s this pod (owner %s): it runs outside the mesh: %s", action, ownerDesc, v.Detail)
 		return nil
 	}
-	err := c.do(ctx, pod)
+	// A started action is seen through even when the controller is being
+	// stopped: canceled in flight, it may still be applied by the API
+	// server while we record neither its Event nor its count.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actionTimeout)
+	err := c.do(actx, pod)
+	cancel()
 	switch {
 	case err == nil:
 		c.markActed(st)

@@ -350,6 +350,11 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 	if n := repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 0 {
 		t.Fatal("the standby acted")
 	}
+	// Events are sent asynchronously: let the leader's reach the API before
+	// it stops (the hand-over is under test, not delivery at shutdown).
+	eventually(t, "pod 0's BypassedCNI event", func() (bool, error) {
+		return len(events(t, c.Client, ns, p0.UID, repair.EventBypassedCNI)) > 0, nil
+	})
 
 	// Graceful hand-over: the leader stops, the standby takes the lease.
 	first.stop(t)
