@@ -21,6 +21,10 @@ TEST_FLAGS  ?=
 export CCR_KUBE_BIN_DIR := $(abspath $(KUBE_BIN))
 export CCR_CNI_BIN_DIR  := $(abspath $(CNI_BIN))
 
+# One version string for every binary, image and manifest (hack/version.sh).
+VERSION     ?= $(shell ./hack/version.sh)
+LDFLAGS     := -X github.com/consul-cni-repair/consul-cni-repair/pkg/version.Version=$(VERSION)
+
 COMMANDS := consul-cni consul-cni-installer consul-cni-check repair
 CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/ptp \
@@ -28,10 +32,14 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
+.PHONY: all version toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
 	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin
 
 all: build
+
+## version: the version string stamped into binaries (hack/version.sh)
+version:
+	@echo $(VERSION)
 
 ## toolchain: the Go version go.mod names, installed into GO_PREFIX when missing
 toolchain:
@@ -40,7 +48,7 @@ toolchain:
 ## build: the project's commands into bin/
 build: toolchain
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ $(addprefix ./,$(wildcard $(COMMANDS:%=cmd/%)))
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./,$(wildcard $(COMMANDS:%=cmd/%)))
 
 ## deps: system packages (iptables, iproute2, nsenter, etcd) via apt-get when missing
 deps: toolchain

@@ -8,11 +8,9 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/plugin"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
-	skel.PluginMainFuncs(plugin.New().Funcs(), plugin.VersionInfo, "consul-cni "+version+": Consul transparent proxy redirection (CNI chained plugin)")
+	skel.PluginMainFuncs(plugin.New().Funcs(), plugin.VersionInfo, version.String("consul-cni")+": Consul transparent proxy redirection (CNI chained plugin)")
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
 // options are the command's flags.
@@ -112,7 +113,7 @@ func (o *options) restConfig() (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = o.qps, o.burst
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.UserAgent = repair.Component + "/" + repair.Version
+	cfg.UserAgent = repair.Component + "/" + version.Version
 	return cfg, nil
 }
 
@@ -165,7 +166,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("Starting", "version", repair.Version, "metrics", m.MetricsAddr(), "health", m.HealthAddr(),
+	logger.Info("Starting", "version", version.Version, "metrics", m.MetricsAddr(), "health", m.HealthAddr(),
 		"leaderElect", o.cfg.LeaderElect, "action", o.cfg.Action, "dryRun", o.cfg.DryRun, "gate", o.cfg.Gate)
 	start := time.Now()
 	err = m.Run(ctx)

@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
 // MetricsPrefix is the prefix of every metric of the controller.
@@ -28,10 +30,6 @@ const (
 	ChangeTaintRemoved = "taint_removed"
 	ChangeTaintAdded   = "taint_added"
 )
-
-// Version is the controller's version, set at link time
-// (-X github.com/consul-cni-repair/consul-cni-repair/pkg/repair.Version=...).
-var Version = "dev"
 
 // Metrics are the controller's metrics, all on one registry.
 type Metrics struct {
@@ -87,7 +85,7 @@ func NewMetrics() *Metrics {
 			nodes:  prometheus.NewDesc(MetricsPrefix+"nodes", "Nodes by CNI readiness as the configured gate sees it.", []string{"cni_ready"}, nil),
 		},
 	}
-	m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+	m.BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
 	m.Workqueue = newWorkqueueMetrics(reg)
 	reg.MustRegister(m.Repaired, m.Skipped, m.Latency, m.NodeReadinessChanges, m.Leader, m.BuildInfo, m.stateCollector,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
