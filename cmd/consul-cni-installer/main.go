@@ -101,19 +101,18 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+const command = "consul-cni-installer"
+
 func run(args []string) int {
 	o := &options{}
-	fs := pflag.NewFlagSet("consul-cni-installer", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
 	cmdutil.AddKlogFlags(fs, "v", "vmodule")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := cmdutil.Parse(fs, command, args); done {
+		return code
 	}
 	sub := "run"
 	switch rest := fs.Args(); len(rest) {
@@ -121,12 +120,12 @@ func run(args []string) int {
 	case 1:
 		sub = rest[0]
 	default:
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: one subcommand expected, got %q\n", strings.Join(rest, " "))
-		return 2
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("one subcommand expected, got %q", strings.Join(rest, " ")))
+		return cmdutil.ExitUsage
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
-		return 2
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -167,8 +166,8 @@ func run(args []string) int {
 		logger.Info("Uninstalled consul-cni from the node")
 		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: unknown subcommand %q (want run, ready or uninstall)\n", sub)
-		return 2
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready or uninstall)", sub))
+		return cmdutil.ExitUsage
 	}
 }
 
