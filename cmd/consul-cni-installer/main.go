@@ -8,10 +8,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,9 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,23 +201,13 @@ func runInstaller(ctx context.Context, o *options) error {
 	}
 	cfg.PodAlive = podAlive(client)
 	if o.MetricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		cfg.Metrics = install.NewMetrics(reg)
-		ln, err := net.Listen("tcp", o.MetricsAddr)
+		m, addr, stop, err := serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Metrics server stopped")
-			}
-		}()
-		defer srv.Close()
-		logger.Info("Serving metrics", "address", ln.Addr().String())
+		defer stop()
+		cfg.Metrics = m
+		logger.Info("Serving metrics", "address", addr.String())
 	}
 	in, err := install.New(cfg)
 	if err != nil {
