@@ -94,7 +94,9 @@ func (o *options) Validate() error {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	code := run(os.Args[1:])
+	cmdutil.Flush()
+	os.Exit(code)
 }
 
 const command = "consul-cni-check"
@@ -103,9 +105,14 @@ func run(args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs, "v", "vmodule")
+	logging := cmdutil.NewLogging()
+	logging.AddFlags(fs)
 	if code, done := cmdutil.Parse(fs, command, args); done {
 		return code
+	}
+	if err := logging.Apply(); err != nil {
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	if fs.NArg() != 0 {
 		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unexpected arguments %q", fs.Args()))

@@ -93,7 +93,9 @@ func (o *options) config() install.Config {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	code := run(os.Args[1:])
+	cmdutil.Flush()
+	os.Exit(code)
 }
 
 const command = "consul-cni-installer"
@@ -102,12 +104,17 @@ func run(args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs, "v", "vmodule")
+	logging := cmdutil.NewLogging()
+	logging.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
 	}
 	if code, done := cmdutil.Parse(fs, command, args); done {
 		return code
+	}
+	if err := logging.Apply(); err != nil {
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	sub := "run"
 	switch rest := fs.Args(); len(rest) {

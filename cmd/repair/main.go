@@ -147,7 +147,8 @@ func run(args []string) error {
 	fs.SortFlags = false
 	o := newOptions()
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs)
+	logging := cmdutil.NewLogging()
+	logging.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
 	}
@@ -156,6 +157,10 @@ func run(args []string) error {
 	}
 	if fs.NArg() != 0 {
 		cmdutil.UsageError(os.Stderr, "repair", fmt.Errorf("unexpected arguments %q", fs.Args()))
+		return usageError{cmdutil.ExitUsage}
+	}
+	if err := logging.Apply(); err != nil {
+		cmdutil.UsageError(os.Stderr, "repair", err)
 		return usageError{cmdutil.ExitUsage}
 	}
 	if err := o.Validate(); err != nil {

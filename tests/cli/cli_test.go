@@ -123,6 +123,9 @@ func TestUsageErrors(t *testing.T) {
 		tc{"repair", []string{"extra"}, `"extra"`},
 		tc{"consul-cni", []string{"add"}, `"add"`},
 	)
+	for _, c := range []string{"consul-cni-installer", "consul-cni-check", "repair"} {
+		cases = append(cases, tc{c, []string{"--logging-format=xml"}, "--logging-format=xml"})
+	}
 	for _, c := range cases {
 		r := runCmd(t, c.name, nil, "", c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "--help") || r.stdout != "" {
