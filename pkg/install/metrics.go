@@ -2,6 +2,26 @@ package install
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// Label values of the installer's counters.
+const (
+	ResultChained = "chained"
+	ResultWaiting = "waiting"
+	ResultError   = "error"
+
+	WroteBinary     = "binary"
+	WroteToken      = "token"
+	WroteKubeconfig = "kubeconfig"
+	WroteChain      = "chain"
+	WroteConvert    = "convert"
+)
+
+// AllResults and AllWrites list every value of the reconciles_total result
+// and writes_total what labels.
+var (
+	AllResults = []string{ResultChained, ResultWaiting, ResultError}
+	AllWrites  = []string{WroteBinary, WroteToken, WroteKubeconfig, WroteChain, WroteConvert}
+)
+
 // Metrics are the installer's Prometheus metrics (prefix consul_cni_).
 type Metrics struct {
 	Reconciles *prometheus.CounterVec
@@ -9,7 +29,9 @@ type Metrics struct {
 	Chained    prometheus.Gauge
 }
 
-// NewMetrics creates the metrics and registers them on reg.
+// NewMetrics creates the metrics and registers them on reg. Every counter
+// series exists at 0 from the start, so that its first increment is an
+// increase Prometheus can see.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -24,6 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "consul_cni_installer_chained",
 			Help: "1 when consul-cni is the last plugin of the network the runtime reads and its binary is installed.",
 		}),
+	}
+	for _, r := range AllResults {
+		m.Reconciles.WithLabelValues(r)
+	}
+	for _, w := range AllWrites {
+		m.Writes.WithLabelValues(w)
 	}
 	reg.MustRegister(m.Reconciles, m.Writes, m.Chained)
 	return m
