@@ -48,6 +48,17 @@ const (
 	MetricBuildInfo            = MetricsPrefix + "build_info"
 )
 
+// Label names of the controller's metrics.
+const (
+	LabelNamespace = "namespace"
+	LabelAction    = "action"
+	LabelResult    = "result"
+	LabelReason    = "reason"
+	LabelDryRun    = "dry_run"
+	LabelChange    = "change"
+	LabelCNIReady  = "cni_ready"
+)
+
 // AllSkipReasons and AllChanges list the values of skipped_total's reason
 // and node_readiness_changes_total's change, in a fixed order.
 var (
@@ -111,20 +122,20 @@ func NewMetrics() *Metrics {
 		Repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricPodsRepaired,
 			Help: "Actions taken (or, with dry_run=\"true\", that would have been taken) on pods that bypassed the CNI plugin.",
-		}, []string{"namespace", "action", "result", "reason", "dry_run"}),
+		}, []string{LabelNamespace, LabelAction, LabelResult, LabelReason, LabelDryRun}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricSkipped,
 			Help: "Broken pods left alone, counted once per pod and reason.",
-		}, []string{"reason"}),
+		}, []string{LabelReason}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    MetricLatency,
 			Help:    "Time from a pod first seen broken by this controller to its successful action.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
-		}, []string{"action"}),
+		}, []string{LabelAction}),
 		NodeReadinessChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricNodeReadinessChanges,
 			Help: "Node readiness label and startup taint changes made.",
-		}, []string{"change", "result"}),
+		}, []string{LabelChange, LabelResult}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: MetricLeader,
 			Help: "1 while this replica holds the leader lease.",
@@ -137,8 +148,8 @@ func NewMetrics() *Metrics {
 			broken: prometheus.NewDesc(MetricBrokenPods,
 				"Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace "+
 					"holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.",
-				[]string{"namespace", "reason"}, nil),
-			nodes: prometheus.NewDesc(MetricNodes, "Nodes by CNI readiness as the configured gate sees it.", []string{"cni_ready"}, nil),
+				[]string{LabelNamespace, LabelReason}, nil),
+			nodes: prometheus.NewDesc(MetricNodes, "Nodes by CNI readiness as the configured gate sees it.", []string{LabelCNIReady}, nil),
 		},
 		namespaces: map[string]bool{},
 	}
