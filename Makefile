@@ -92,6 +92,11 @@ MONITORING_TESTS := ^(TestAlertRulesOnData|TestAlertRules|TestRunbook|TestDashbo
 test-monitoring: toolchain promtool
 	cd tests/manifests && CCR_PROMTOOL=$$(command -v promtool) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
 
+## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/manifests/dashboard,
+## Grafana Foundation SDK); test-monitoring fails when the shipped file differs
+dashboard: toolchain
+	cd tests/manifests && $(GO) run ./cmd/dashboard -o ../../manifests/base/monitoring/grafana-dashboard.json
+
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics
 test-manifests-integration: deps kube-bins
 	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 30m ./...

@@ -7,6 +7,7 @@ go 1.26.8
 
 require (
 	github.com/consul-cni-repair/consul-cni-repair v0.0.0-00010101000000-000000000000
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.1
