@@ -270,6 +270,9 @@ func TestControllerUnderManifests(t *testing.T) {
 	ctx := context.Background()
 	specs := architectureMetrics(t)
 	exported := map[string]*dto.MetricFamily{}
+	// panel target -> the overlay runs in which it returned data
+	panelData := map[string][]string{}
+	dash, _ := dashboardFromBuild(t, buildOverlay(t, "base"))
 
 	for _, ov := range []string{"audit", "base", "delete", "label"} {
 		t.Run(ov, func(t *testing.T) {
@@ -381,6 +384,13 @@ func TestControllerUnderManifests(t *testing.T) {
 			if code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz", hport)); err != nil || code != http.StatusOK {
 				t.Errorf("/healthz: %d %v", code, err)
 			}
+			metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+			var firstScrape map[string]*dto.MetricFamily
+			eventually(t, 30*time.Second, "a first scrape", func() error {
+				var err error
+				firstScrape, err = scrape(metricsURL)
+				return err
+			})
 
 			// Node readiness: label added, startup taint removed.
 			eventually(t, 90*time.Second, "node labelled cni=ready without its startup taint", func() error {
@@ -388,7 +398,6 @@ func TestControllerUnderManifests(t *testing.T) {
 			})
 
 			// The action on the broken pod.
-			metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 			eventually(t, 120*time.Second, "the overlay's action on the broken pod", func() error {
 				p, err := c.Client.CoreV1().Pods(ns).Get(ctx, broken.Name, metav1.GetOptions{})
 				gone := apierrors.IsNotFound(err)
@@ -462,6 +471,17 @@ func TestControllerUnderManifests(t *testing.T) {
 				}
 				return nil
 			})
+			// Every panel's query, on the two scrapes as Prometheus would
+			// store them (30 s apart, with the target's labels).
+			tgt := map[string]string{"job": metricsSvcName, "instance": fmt.Sprintf("127.0.0.1:%d", mport)}
+			for id, n := range queriesWithData(t, dash, []map[string]float64{flatten(firstScrape, tgt), flatten(fams, tgt)}) {
+				if n > 0 {
+					panelData[id] = append(panelData[id], ov)
+				}
+			}
+			if f, ok := fams["process_start_time_seconds"]; ok {
+				exported["process_start_time_seconds"] = f // the alerts use it
+			}
 			for name, f := range fams {
 				if !strings.HasPrefix(name, "consul_cni_repair_") {
 					continue
@@ -504,9 +524,14 @@ func TestControllerUnderManifests(t *testing.T) {
 			t.Skip("no controller run succeeded")
 		}
 		used := map[string][]string{}
-		d, _ := dashboardFromBuild(t, buildOverlay(t, "base"))
-		for _, p := range allPanels(d.Panels) {
+		for _, p := range allPanels(dash.Panels) {
 			for _, tg := range p.Targets {
+				id := p.Title + " / " + tg.RefID
+				if len(panelData[id]) == 0 {
+					t.Errorf("panel %q query %s returned no data in any run of the controller\n  expr: %s", p.Title, tg.RefID, tg.Expr)
+				} else {
+					t.Logf("panel %q query %s: data in runs %v", p.Title, tg.RefID, panelData[id])
+				}
 				use, err := checkQuery(specs, grafanaToPromQL(tg.Expr))
 				if err != nil {
 					t.Errorf("panel %q: %v", p.Title, err)
