@@ -32,6 +32,9 @@ const (
 	kindBelow     = "below threshold"
 	kindReplicas  = "two replicas, one leads"
 	kindBorn      = "series born at its first increment"
+	// kindNoHonor shows why the ServiceMonitor's honorLabels: true is
+	// required: without it the alerts carry the controller's namespace.
+	kindNoHonor = "honorLabels: false"
 )
 
 // replica is one controller pod as a scrape target.
@@ -54,14 +57,33 @@ type series struct {
 	Values string `json:"values"`
 }
 
-// scraped renders a series as Prometheus stores it after scraping r: the
-// exported labels win over the target's (honorLabels: true).
-func scraped(r replica, name string, exported map[string]string, values string) series {
+// sample is a series as the controller exports it on replica r, before the
+// scrape adds the target's labels.
+type sample struct {
+	r        replica
+	name     string
+	exported map[string]string
+	values   string
+}
+
+// scraped is a series of replica r.
+func scraped(r replica, name string, exported map[string]string, values string) sample {
+	return sample{r, name, exported, values}
+}
+
+// render gives the series as Prometheus stores it after the ServiceMonitor's
+// scrape: the target's labels (job, instance, pod, namespace, ...) and the
+// exported ones. With honorLabels the exported labels win; without, an
+// exported label that clashes is renamed exported_<name>.
+func (s sample) render(honorLabels bool) series {
 	ls := map[string]string{
 		"job": metricsSvcName, "service": metricsSvcName, "endpoint": "metrics", "container": "repair",
-		"namespace": namespace, "instance": r.instance, "pod": r.pod,
+		"namespace": namespace, "instance": s.r.instance, "pod": s.r.pod,
 	}
-	for k, v := range exported {
+	for k, v := range s.exported {
+		if _, clash := ls[k]; clash && !honorLabels {
+			k = "exported_" + k
+		}
 		ls[k] = v
 	}
 	keys := make([]string, 0, len(ls))
@@ -76,11 +98,11 @@ func scraped(r replica, name string, exported map[string]string, values string) 
 		}
 		fmt.Fprintf(&b, "%s=%q", k, ls[k])
 	}
-	return series{Series: name + "{" + b.String() + "}", Values: values}
+	return series{Series: s.name + "{" + b.String() + "}", Values: s.values}
 }
 
 // processStart is the process collector's start time of r.
-func processStart(r replica) series {
+func processStart(r replica) sample {
 	return scraped(r, "process_start_time_seconds", nil, r.start)
 }
 
@@ -90,8 +112,8 @@ const appNS = "web-shop"
 // controller creates at 0 for its configuration (repair.RepairResults and
 // repair.AllReasons), with values for one of them and 0 for the others; a
 // values of "" leaves the namespace's series out.
-func repairedAll(r replica, action repair.Action, dryRun bool, result string, reason repair.Reason, values, zero string) []series {
-	var out []series
+func repairedAll(r replica, action repair.Action, dryRun bool, result string, reason repair.Reason, values, zero string) []sample {
+	var out []sample
 	for _, res := range repair.RepairResults(action, dryRun) {
 		for _, rs := range repair.AllReasons {
 			v := zero
@@ -110,8 +132,8 @@ func repairedAll(r replica, action repair.Action, dryRun bool, result string, re
 	return append(out, processStart(r))
 }
 
-func readinessAll(r replica, change, result, values, zero string) []series {
-	var out []series
+func readinessAll(r replica, change, result, values, zero string) []sample {
+	var out []sample
 	for _, c := range repair.AllChanges {
 		for _, res := range repair.AllResults {
 			v := zero
@@ -127,16 +149,16 @@ func readinessAll(r replica, change, result, values, zero string) []series {
 	return append(out, processStart(r))
 }
 
-func gauge(r replica, name string, exported map[string]string, values string) []series {
-	return []series{scraped(r, name, exported, values), processStart(r)}
+func gauge(r replica, name string, exported map[string]string, values string) []sample {
+	return []sample{scraped(r, name, exported, values), processStart(r)}
 }
 
-func broken(r replica, ns string, reason repair.Reason, values string) series {
+func broken(r replica, ns string, reason repair.Reason, values string) sample {
 	return scraped(r, repair.MetricBrokenPods, map[string]string{repair.LabelNamespace: ns, repair.LabelReason: string(reason)}, values)
 }
 
-func join(ss ...[]series) []series {
-	var out []series
+func join(ss ...[]sample) []sample {
+	var out []sample
 	for _, s := range ss {
 		out = append(out, s...)
 	}
@@ -147,7 +169,7 @@ func join(ss ...[]series) []series {
 // alerts expected then (labels without severity, which comes from the rule).
 type ruleCase struct {
 	alert, kind, name string
-	series            []series
+	series            []sample
 	at                string
 	want              []map[string]string
 }
@@ -183,6 +205,10 @@ func ruleCases() []ruleCase {
 		{"ConsulCNIPodsRepaired", kindBorn, "a new process's series seen 2 repairs ago, then 1 more",
 			repairedAll(fresh, evict, false, ok, stuck, "_x20 2x10 3x30", ""), "15m", []map[string]string{repairedLabels}},
 
+		{"ConsulCNIPodsRepaired", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
+			repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), "15m",
+			[]map[string]string{{repair.LabelNamespace: namespace, repair.LabelAction: ev, repair.LabelReason: string(stuck)}}},
+
 		// ConsulCNIRepairFailing: increase over 15m of failed actions.
 		{"ConsulCNIRepairFailing", kindFiring, "first failure in a namespace, on a series born at 0",
 			repairedAll(leader, evict, false, failed, initFailed, "0x20 1x40", "0x60"), "15m", []map[string]string{failingLabels}},
@@ -201,19 +227,22 @@ func ruleCases() []ruleCase {
 
 		// ConsulCNIPodsUnmeshed: broken pods, per namespace, for 15m.
 		{"ConsulCNIPodsUnmeshed", kindFiring, "one broken pod for 25 minutes, seen by both replicas; a quiet namespace",
-			[]series{broken(leader, appNS, stuck, "0x10 1x60"), broken(leader, appNS, initFailed, "0x70"), broken(leader, "quiet", stuck, "0x70"),
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(leader, appNS, initFailed, "0x70"), broken(leader, "quiet", stuck, "0x70"),
 				broken(standby, appNS, stuck, "0x10 1x60"), broken(standby, appNS, initFailed, "0x70"), broken(standby, "quiet", stuck, "0x70")},
 			"30m", []map[string]string{unmeshedLabels}},
 		{"ConsulCNIPodsUnmeshed", kindReplicas, "only the leader's replica reports the namespace",
-			[]series{broken(leader, appNS, stuck, "0x10 1x60"), broken(standby, "quiet", stuck, "0x70")}, "30m", []map[string]string{unmeshedLabels}},
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(standby, "quiet", stuck, "0x70")}, "30m", []map[string]string{unmeshedLabels}},
 		{"ConsulCNIPodsUnmeshed", kindDryRun, "audit mode leaves the pod outside the mesh: it fires too",
-			[]series{broken(leader, appNS, initFailed, "0x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
+			[]sample{broken(leader, appNS, initFailed, "0x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
 		{"ConsulCNIPodsUnmeshed", kindRecovered, "broken for 20 minutes, repaired 15 minutes ago",
-			[]series{broken(leader, appNS, stuck, "0x10 1x40 0x40")}, "40m", none},
+			[]sample{broken(leader, appNS, stuck, "0x10 1x40 0x40")}, "40m", none},
 		{"ConsulCNIPodsUnmeshed", kindBelow, "broken for 10 minutes only",
-			[]series{broken(leader, appNS, stuck, "0x10 1x60")}, "15m", none},
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "15m", none},
 		{"ConsulCNIPodsUnmeshed", kindBorn, "the namespace's series first seen at 1",
-			[]series{broken(leader, appNS, stuck, "_x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
+			[]sample{broken(leader, appNS, stuck, "_x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
+
+		{"ConsulCNIPodsUnmeshed", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "30m", []map[string]string{{repair.LabelNamespace: namespace}}},
 
 		// ConsulCNIRepairCircuitBreakerOpen: for 5m.
 		{"ConsulCNIRepairCircuitBreakerOpen", kindFiring, "open on the leader for 10 minutes",
@@ -380,8 +409,12 @@ func TestAlertRulesOnData(t *testing.T) {
 			}
 			exp = append(exp, promtoolExpected{ExpLabels: ls})
 		}
+		var input []series
+		for _, smp := range c.series {
+			input = append(input, smp.render(c.kind != kindNoHonor))
+		}
 		file.Tests = append(file.Tests, promtoolTest{
-			Name: c.alert + ": " + c.kind + ": " + c.name, Interval: interval, Input: c.series,
+			Name: c.alert + ": " + c.kind + ": " + c.name, Interval: interval, Input: input,
 			AlertTests: []promtoolAlert{{EvalTime: c.at, AlertName: c.alert, ExpAlerts: exp}},
 		})
 	}
