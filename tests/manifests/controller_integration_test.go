@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	dto "github.com/prometheus/client_model/go"
@@ -514,6 +515,7 @@ func TestControllerUnderManifests(t *testing.T) {
 				t.Errorf("pods_repaired_total{namespace=%s,action=%s,result=%s,dry_run=%s,reason=tproxy_status_stuck} = %v, want 1",
 					ns, wantAction, wantResult, wantDry, n)
 			}
+			checkBornAtZero(t, fams, ns, repair.Action(wantAction), wantDry == repair.DryRunTrue)
 		})
 	}
 
@@ -568,4 +570,46 @@ func TestControllerUnderManifests(t *testing.T) {
 		}
 		t.Logf("%d metrics used by the dashboard and alerts, all exported", len(names))
 	})
+}
+
+// checkBornAtZero: the running controller exports, for the namespace of the
+// pods it saw, every pods_repaired_total series of its configuration (each
+// result the action can count, each reason), and skipped_total for every
+// reason, whether or not they counted anything.
+func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string, action repair.Action, dryRun bool) {
+	t.Helper()
+	has := func(name string, want map[string]string) bool {
+		f := fams[name]
+		if f == nil {
+			return false
+		}
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			match := len(got) == len(want)
+			for k, v := range want {
+				match = match && got[k] == v
+			}
+			if match {
+				return true
+			}
+		}
+		return false
+	}
+	for _, res := range repair.RepairResults(action, dryRun) {
+		for _, r := range repair.AllReasons {
+			want := map[string]string{repair.LabelNamespace: ns, repair.LabelAction: string(action), repair.LabelResult: res,
+				repair.LabelReason: string(r), repair.LabelDryRun: repair.DryRunLabel(dryRun)}
+			if !has(repair.MetricPodsRepaired, want) {
+				t.Errorf("%s%v is not exported", repair.MetricPodsRepaired, want)
+			}
+		}
+	}
+	for _, r := range repair.AllSkipReasons {
+		if !has(repair.MetricSkipped, map[string]string{repair.LabelReason: r}) {
+			t.Errorf("%s{reason=%s} is not exported", repair.MetricSkipped, r)
+		}
+	}
 }
