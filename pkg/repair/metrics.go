@@ -59,8 +59,9 @@ const (
 	LabelCNIReady  = "cni_ready"
 )
 
-// AllSkipReasons and AllChanges list the values of skipped_total's reason
-// and node_readiness_changes_total's change, in a fixed order.
+// AllSkipReasons, AllChanges and AllResults list the values of
+// skipped_total's reason and node_readiness_changes_total's change and
+// result, in a fixed order.
 var (
 	AllSkipReasons = []string{SkipBarePod, SkipGateClosed, SkipRateLimited, SkipBreakerOpen, SkipAlreadyActed}
 	AllChanges     = []string{ChangeLabelAdded, ChangeLabelRemoved, ChangeTaintRemoved, ChangeTaintAdded}
