@@ -33,7 +33,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all version toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
-	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin
+	test-manifests test-manifests-integration test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin
 
 all: build
 
@@ -69,6 +69,7 @@ test: lint test-unit test-privileged test-integration
 test-unit: toolchain
 	$(GOTEST) $(TEST_FLAGS) -count=1 ./...
 	$(MAKE) test-manifests
+	$(MAKE) test-monitoring
 
 test-privileged: deps
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
@@ -80,6 +81,21 @@ test-integration: deps kube-bins
 ## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/manifests)
 test-manifests: toolchain
 	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 ./...
+
+## promtool: promtool (Debian package prometheus) via apt-get when missing
+promtool:
+	@./hack/install-promtool.sh
+
+## test-monitoring: the alert rules evaluated on data by `promtool test rules`, the runbook, the dashboard
+## (generated from Go, checked against the shipped JSON and the metrics contract)
+MONITORING_TESTS := ^(TestAlertRulesOnData|TestAlertRules|TestRunbook|TestDashboard.*|TestServiceMonitor)$$
+test-monitoring: toolchain promtool
+	cd tests/manifests && CCR_PROMTOOL=$$(command -v promtool) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
+
+## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/manifests/dashboard,
+## Grafana Foundation SDK); test-monitoring fails when the shipped file differs
+dashboard: toolchain
+	cd tests/manifests && $(GO) run ./cmd/dashboard -o ../../manifests/base/monitoring/grafana-dashboard.json
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics
 test-manifests-integration: deps kube-bins

@@ -134,11 +134,11 @@ func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
 	st, err := in.reconcile(ctx, st)
 	switch {
 	case err != nil:
-		in.cfg.Metrics.reconciled("error", false)
+		in.cfg.Metrics.reconciled(ResultError, false)
 	case st.Waiting:
-		in.cfg.Metrics.reconciled("waiting", false)
+		in.cfg.Metrics.reconciled(ResultWaiting, false)
 	default:
-		in.cfg.Metrics.reconciled("chained", true)
+		in.cfg.Metrics.reconciled(ResultChained, true)
 	}
 	if len(st.Wrote) > 0 {
 		log.Info("Updated the node's CNI installation", "wrote", st.Wrote, "primary", st.Primary)
@@ -161,7 +161,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 	}
 	if changed {
 		st.Wrote = append(st.Wrote, "binary")
-		in.cfg.Metrics.wrote("binary")
+		in.cfg.Metrics.wrote(WroteBinary)
 	}
 	// Credentials that cannot be written do not hold the chain back: a
 	// plugin that cannot reach the API fails ADD, so pods wait instead of
@@ -195,7 +195,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 			return nil, false, fmt.Errorf("writing the plugin's token file: %w", err)
 		}
 		wrote = append(wrote, "token")
-		in.cfg.Metrics.wrote("token")
+		in.cfg.Metrics.wrote(WroteToken)
 	}
 	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
 	if err != nil {
@@ -207,7 +207,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 			return nil, false, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
 		}
 		wrote = append(wrote, "kubeconfig")
-		in.cfg.Metrics.wrote("kubeconfig")
+		in.cfg.Metrics.wrote(WroteKubeconfig)
 	}
 	return wrote, recheck, nil
 }
@@ -240,7 +240,7 @@ func (in *Installer) ensureChain(ctx context.Context, st Status) (Status, error)
 				return st, fmt.Errorf("converting %s into a configuration list: %w", p.Path, err)
 			}
 			st.Wrote = append(st.Wrote, "convert "+filepath.Base(p.Path))
-			in.cfg.Metrics.wrote("convert")
+			in.cfg.Metrics.wrote(WroteConvert)
 			continue
 		}
 		changed, pluginDir, err := in.chainList(p, entry)
@@ -255,7 +255,7 @@ func (in *Installer) ensureChain(ctx context.Context, st Status) (Status, error)
 			return st, nil
 		}
 		st.Wrote = append(st.Wrote, "chain "+filepath.Base(p.Path))
-		in.cfg.Metrics.wrote("chain")
+		in.cfg.Metrics.wrote(WroteChain)
 	}
 	return st, errors.New("the CNI configuration kept changing while it was being chained; will retry")
 }

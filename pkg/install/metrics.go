@@ -11,6 +11,26 @@ import (
 // MetricsPrefix starts the name of every installer metric.
 const MetricsPrefix = "consul_cni_installer_"
 
+// Label values of the installer's counters.
+const (
+	ResultChained = "chained"
+	ResultWaiting = "waiting"
+	ResultError   = "error"
+
+	WroteBinary     = "binary"
+	WroteToken      = "token"
+	WroteKubeconfig = "kubeconfig"
+	WroteChain      = "chain"
+	WroteConvert    = "convert"
+)
+
+// AllResults and AllWrites list every value of the reconciles_total result
+// and writes_total what labels.
+var (
+	AllResults = []string{ResultChained, ResultWaiting, ResultError}
+	AllWrites  = []string{WroteBinary, WroteToken, WroteKubeconfig, WroteChain, WroteConvert}
+)
+
 // Metrics are the installer's Prometheus metrics (prefix MetricsPrefix).
 type Metrics struct {
 	Reconciles *prometheus.CounterVec
@@ -19,7 +39,9 @@ type Metrics struct {
 	BuildInfo  *prometheus.GaugeVec
 }
 
-// NewMetrics creates the metrics and registers them on reg.
+// NewMetrics creates the metrics and registers them on reg. Every counter
+// series exists at 0 from the start, so that its first increment is an
+// increase Prometheus can see.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -40,6 +62,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"version", "go_version"}),
 	}
 	m.BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
+	for _, r := range AllResults {
+		m.Reconciles.WithLabelValues(r)
+	}
+	for _, w := range AllWrites {
+		m.Writes.WithLabelValues(w)
+	}
 	reg.MustRegister(m.Reconciles, m.Writes, m.Chained, m.BuildInfo)
 	return m
 }

@@ -119,6 +119,7 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		return nil, errors.New("cni-pod gate needs the CNI pod informer")
 	}
 	c.gate = NewGate(cfg.Gate, c.nodes, cniIndex, time.Now())
+	metrics.initCounters(cfg)
 	metrics.registerBreaker(c.breaker)
 	metrics.stateCollector.brokenCounts = c.brokenCounts
 	metrics.stateCollector.nodeCounts = c.nodeCounts
@@ -236,6 +237,9 @@ func (c *Controller) enqueuePod(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
+	if p, ok := obj.(*corev1.Pod); ok && annotations.IsRepairCandidate(p.Labels, p.Annotations) {
+		c.metrics.knowNamespace(p.Namespace)
+	}
 	c.queue.Add(key)
 }
 
@@ -322,6 +326,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName, "reason", v.Reason)
+	c.metrics.knowNamespace(pod.Namespace) // normally done by the event handler already
 	st := c.podState(pod.UID, now)
 
 	if st.acted || (c.cfg.Action == ActionLabel && pod.Labels[annotations.LabelUninitialized] == annotations.LabelUninitializedValue) {
@@ -478,7 +483,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	}
 	if c.cfg.DryRun {
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), "true").Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), DryRunTrue).Inc()
 		logger.Info("Dry run: would repair pod", "action", action, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, EventWouldRepair,
 			"Dry run: would %s this pod (owner %s): it runs outside the mesh: %s", action, ownerDesc, v.Detail)
@@ -493,7 +498,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	switch {
 	case err == nil:
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), "false").Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), DryRunFalse).Inc()
 		c.metrics.Latency.WithLabelValues(action).Observe(c.now().Sub(st.firstBroken).Seconds())
 		logger.Info("Repaired pod that bypassed the CNI plugin", "action", action, "owner", ownerDesc, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBypassedCNI, "%s: pod runs outside the mesh (%s); %s",
@@ -507,7 +512,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		logger.V(2).Info("Pod changed before the action; re-examining", "err", err)
 		return nil
 	case c.cfg.Action == ActionEvict && apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultPDBBlocked, string(v.Reason), "false").Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultPDBBlocked, string(v.Reason), DryRunFalse).Inc()
 		c.mu.Lock()
 		first := !st.blocked
 		st.blocked = true
@@ -518,7 +523,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		}
 		return &retryError{msg: "eviction blocked by a PodDisruptionBudget"}
 	default:
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultFailure, string(v.Reason), "false").Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultFailure, string(v.Reason), DryRunFalse).Inc()
 		return fmt.Errorf("%s pod %s/%s: %w", action, pod.Namespace, pod.Name, err)
 	}
 }
@@ -586,15 +591,24 @@ func LabelPatch(pod *corev1.Pod) ([]byte, error) {
 	}})
 }
 
-// brokenCounts counts the cached pods detected broken, by reason (metrics).
-func (c *Controller) brokenCounts() map[Reason]int {
-	out := map[Reason]int{}
+// brokenCounts counts the cached pods detected broken, by namespace and
+// reason (metrics). Every namespace holding an injected transparent-proxy
+// pod is in the result, with zero counts when none is broken.
+func (c *Controller) brokenCounts() map[string]map[Reason]int {
+	out := map[string]map[Reason]int{}
 	now := c.now()
 	for _, o := range c.podIndex.List() {
-		if p, ok := o.(*corev1.Pod); ok {
-			if v := c.detector.Detect(p, now); v.Broken {
-				out[v.Reason]++
-			}
+		p, ok := o.(*corev1.Pod)
+		if !ok || !annotations.IsRepairCandidate(p.Labels, p.Annotations) {
+			continue
+		}
+		counts := out[p.Namespace]
+		if counts == nil {
+			counts = map[Reason]int{}
+			out[p.Namespace] = counts
+		}
+		if v := c.detector.Detect(p, now); v.Broken {
+			counts[v.Reason]++
 		}
 	}
 	return out

@@ -745,11 +745,16 @@ func TestStateMetrics(t *testing.T) {
 	h.addPod(brokenB())
 	h.addPod(mkPod(sandboxAt(-time.Hour)))
 	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour)))
+	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour), inNamespace("quiet")))
+	// not a transparent-proxy pod: its namespace is not reported
+	h.addPod(mkPod(withoutAnnotation(annotations.KeyTransparentProxyStatus), sandboxAt(-time.Hour), inNamespace("plain")))
 	const want = `
-# HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin.
+# HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.
 # TYPE consul_cni_repair_broken_pods gauge
-consul_cni_repair_broken_pods{reason="init_check_failed"} 1
-consul_cni_repair_broken_pods{reason="tproxy_status_stuck"} 1
+consul_cni_repair_broken_pods{namespace="app",reason="init_check_failed"} 1
+consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 1
+consul_cni_repair_broken_pods{namespace="quiet",reason="init_check_failed"} 0
+consul_cni_repair_broken_pods{namespace="quiet",reason="tproxy_status_stuck"} 0
 # HELP consul_cni_repair_nodes Nodes by CNI readiness as the configured gate sees it.
 # TYPE consul_cni_repair_nodes gauge
 consul_cni_repair_nodes{cni_ready="false"} 1

@@ -54,6 +54,7 @@ func withStatus(s string) podOpt {
 func withoutAnnotation(k string) podOpt { return func(p *corev1.Pod) { delete(p.Annotations, k) } }
 func withoutLabel(k string) podOpt      { return func(p *corev1.Pod) { delete(p.Labels, k) } }
 func withAnnotation(k, v string) podOpt { return func(p *corev1.Pod) { p.Annotations[k] = v } }
+func inNamespace(ns string) podOpt      { return func(p *corev1.Pod) { p.Namespace = ns } }
 func onNode(n string) podOpt            { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 func bare() podOpt                      { return func(p *corev1.Pod) { p.OwnerReferences = nil } }
 

@@ -62,7 +62,7 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 		return strings.Contains(b, "consul_cni_repair_leader 1")
 	})
 	_, body := get(t, "http://"+m.MetricsAddr()+"/metrics")
-	for _, want := range []string{"consul_cni_repair_build_info{", "consul_cni_repair_workqueue_depth{name=\"pods\"}", "consul_cni_repair_broken_pods{", "process_resident_memory_bytes"} {
+	for _, want := range []string{"consul_cni_repair_build_info{", "consul_cni_repair_workqueue_depth{name=\"pods\"}", "consul_cni_repair_skipped_total{reason=\"bare_pod\"} 0", "process_resident_memory_bytes"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -2,6 +2,7 @@ package repair
 
 import (
 	"runtime"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,7 +30,64 @@ const (
 	ChangeLabelRemoved = "label_removed"
 	ChangeTaintRemoved = "taint_removed"
 	ChangeTaintAdded   = "taint_added"
+
+	DryRunTrue  = "true"
+	DryRunFalse = "false"
 )
+
+// Metric names (MetricsPrefix included) that alerts and the dashboard use.
+const (
+	MetricPodsRepaired         = MetricsPrefix + "pods_repaired_total"
+	MetricBrokenPods           = MetricsPrefix + "broken_pods"
+	MetricSkipped              = MetricsPrefix + "skipped_total"
+	MetricLatency              = MetricsPrefix + "detection_to_action_seconds"
+	MetricBreakerOpenNodes     = MetricsPrefix + "circuit_breaker_open_nodes"
+	MetricNodes                = MetricsPrefix + "nodes"
+	MetricNodeReadinessChanges = MetricsPrefix + "node_readiness_changes_total"
+	MetricLeader               = MetricsPrefix + "leader"
+	MetricBuildInfo            = MetricsPrefix + "build_info"
+)
+
+// Label names of the controller's metrics.
+const (
+	LabelNamespace = "namespace"
+	LabelAction    = "action"
+	LabelResult    = "result"
+	LabelReason    = "reason"
+	LabelDryRun    = "dry_run"
+	LabelChange    = "change"
+	LabelCNIReady  = "cni_ready"
+)
+
+// AllSkipReasons, AllChanges and AllResults list the values of
+// skipped_total's reason and node_readiness_changes_total's change and
+// result, in a fixed order.
+var (
+	AllSkipReasons = []string{SkipBarePod, SkipGateClosed, SkipRateLimited, SkipBreakerOpen, SkipAlreadyActed}
+	AllChanges     = []string{ChangeLabelAdded, ChangeLabelRemoved, ChangeTaintRemoved, ChangeTaintAdded}
+	AllResults     = []string{ResultSuccess, ResultFailure}
+)
+
+// RepairResults lists the results pods_repaired_total can count for an
+// action: a dry run only decides (success); an eviction may also be blocked
+// by a PodDisruptionBudget.
+func RepairResults(action Action, dryRun bool) []string {
+	switch {
+	case dryRun:
+		return []string{ResultSuccess}
+	case action == ActionEvict:
+		return []string{ResultSuccess, ResultFailure, ResultPDBBlocked}
+	}
+	return []string{ResultSuccess, ResultFailure}
+}
+
+// DryRunLabel is the dry_run label value of a configuration.
+func DryRunLabel(dryRun bool) string {
+	if dryRun {
+		return DryRunTrue
+	}
+	return DryRunFalse
+}
 
 // Metrics are the controller's metrics, all on one registry.
 type Metrics struct {
@@ -47,6 +105,13 @@ type Metrics struct {
 	Workqueue workqueue.MetricsProvider
 
 	stateCollector *stateCollector
+
+	// Counters are created at 0 as soon as their label set is known, so
+	// that their first increment is an increase Prometheus can see.
+	mu         sync.Mutex
+	action     Action
+	dryRun     bool
+	namespaces map[string]bool
 }
 
 // NewMetrics creates and registers every metric on a new registry, together
@@ -56,34 +121,38 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: reg,
 		Repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricsPrefix + "pods_repaired_total",
+			Name: MetricPodsRepaired,
 			Help: "Actions taken (or, with dry_run=\"true\", that would have been taken) on pods that bypassed the CNI plugin.",
-		}, []string{"namespace", "action", "result", "reason", "dry_run"}),
+		}, []string{LabelNamespace, LabelAction, LabelResult, LabelReason, LabelDryRun}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricsPrefix + "skipped_total",
+			Name: MetricSkipped,
 			Help: "Broken pods left alone, counted once per pod and reason.",
-		}, []string{"reason"}),
+		}, []string{LabelReason}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    MetricsPrefix + "detection_to_action_seconds",
+			Name:    MetricLatency,
 			Help:    "Time from a pod first seen broken by this controller to its successful action.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
-		}, []string{"action"}),
+		}, []string{LabelAction}),
 		NodeReadinessChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricsPrefix + "node_readiness_changes_total",
+			Name: MetricNodeReadinessChanges,
 			Help: "Node readiness label and startup taint changes made.",
-		}, []string{"change", "result"}),
+		}, []string{LabelChange, LabelResult}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricsPrefix + "leader",
+			Name: MetricLeader,
 			Help: "1 while this replica holds the leader lease.",
 		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricsPrefix + "build_info",
+			Name: MetricBuildInfo,
 			Help: "Build information; always 1.",
 		}, []string{"version", "go_version"}),
 		stateCollector: &stateCollector{
-			broken: prometheus.NewDesc(MetricsPrefix+"broken_pods", "Injected pods currently detected as bypassing the CNI plugin.", []string{"reason"}, nil),
-			nodes:  prometheus.NewDesc(MetricsPrefix+"nodes", "Nodes by CNI readiness as the configured gate sees it.", []string{"cni_ready"}, nil),
+			broken: prometheus.NewDesc(MetricBrokenPods,
+				"Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace "+
+					"holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.",
+				[]string{LabelNamespace, LabelReason}, nil),
+			nodes: prometheus.NewDesc(MetricNodes, "Nodes by CNI readiness as the configured gate sees it.", []string{LabelCNIReady}, nil),
 		},
+		namespaces: map[string]bool{},
 	}
 	m.BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
 	m.Workqueue = newWorkqueueMetrics(reg)
@@ -92,10 +161,48 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// initCounters creates at 0 the series whose label sets the configuration
+// alone determines: skipped_total for every reason, the latency histogram of
+// the action and, with node readiness, every change and result.
+func (m *Metrics) initCounters(cfg Config) {
+	m.mu.Lock()
+	m.action, m.dryRun = cfg.Action, cfg.DryRun
+	m.mu.Unlock()
+	for _, r := range AllSkipReasons {
+		m.Skipped.WithLabelValues(r)
+	}
+	m.Latency.WithLabelValues(string(cfg.Action))
+	if cfg.NodeReadiness {
+		for _, c := range AllChanges {
+			for _, r := range AllResults {
+				m.NodeReadinessChanges.WithLabelValues(c, r)
+			}
+		}
+	}
+}
+
+// knowNamespace creates at 0 the pods_repaired_total series of namespace ns
+// for the configured action and dry run: every result it can count and every
+// reason. It is called when an injected transparent-proxy pod of ns is first
+// seen, before any pod of ns can be acted on.
+func (m *Metrics) knowNamespace(ns string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.namespaces[ns] {
+		return
+	}
+	m.namespaces[ns] = true
+	for _, res := range RepairResults(m.action, m.dryRun) {
+		for _, r := range AllReasons {
+			m.Repaired.WithLabelValues(ns, string(m.action), res, string(r), DryRunLabel(m.dryRun))
+		}
+	}
+}
+
 // registerBreaker exposes the breaker's open-node count.
 func (m *Metrics) registerBreaker(b *Breaker) {
 	m.BreakerOpenNodes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: MetricsPrefix + "circuit_breaker_open_nodes",
+		Name: MetricBreakerOpenNodes,
 		Help: "Nodes on which the circuit breaker currently stops repairs.",
 	}, func() float64 { return float64(b.OpenNodes()) })
 	m.Registry.MustRegister(m.BreakerOpenNodes)
@@ -106,7 +213,7 @@ func (m *Metrics) registerBreaker(b *Breaker) {
 type stateCollector struct {
 	broken, nodes *prometheus.Desc
 	// brokenCounts and nodeCounts are set once the controller exists.
-	brokenCounts func() map[Reason]int
+	brokenCounts func() map[string]map[Reason]int
 	nodeCounts   func() (ready, notReady int)
 }
 
@@ -117,9 +224,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.brokenCounts != nil {
-		counts := c.brokenCounts()
-		for _, r := range AllReasons {
-			ch <- prometheus.MustNewConstMetric(c.broken, prometheus.GaugeValue, float64(counts[r]), string(r))
+		for ns, counts := range c.brokenCounts() {
+			for _, r := range AllReasons {
+				ch <- prometheus.MustNewConstMetric(c.broken, prometheus.GaugeValue, float64(counts[r]), ns, string(r))
+			}
 		}
 	}
 	if c.nodeCounts != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	dto "github.com/prometheus/client_model/go"
@@ -270,6 +271,9 @@ func TestControllerUnderManifests(t *testing.T) {
 	ctx := context.Background()
 	specs := architectureMetrics(t)
 	exported := map[string]*dto.MetricFamily{}
+	// panel target -> the overlay runs in which it returned data
+	panelData := map[string][]string{}
+	dash, _ := dashboardFromBuild(t, buildOverlay(t, "base"))
 
 	for _, ov := range []string{"audit", "base", "delete", "label"} {
 		t.Run(ov, func(t *testing.T) {
@@ -381,6 +385,13 @@ func TestControllerUnderManifests(t *testing.T) {
 			if code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz", hport)); err != nil || code != http.StatusOK {
 				t.Errorf("/healthz: %d %v", code, err)
 			}
+			metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+			var firstScrape map[string]*dto.MetricFamily
+			eventually(t, 30*time.Second, "a first scrape", func() error {
+				var err error
+				firstScrape, err = scrape(metricsURL)
+				return err
+			})
 
 			// Node readiness: label added, startup taint removed.
 			eventually(t, 90*time.Second, "node labelled cni=ready without its startup taint", func() error {
@@ -388,7 +399,6 @@ func TestControllerUnderManifests(t *testing.T) {
 			})
 
 			// The action on the broken pod.
-			metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 			eventually(t, 120*time.Second, "the overlay's action on the broken pod", func() error {
 				p, err := c.Client.CoreV1().Pods(ns).Get(ctx, broken.Name, metav1.GetOptions{})
 				gone := apierrors.IsNotFound(err)
@@ -462,6 +472,17 @@ func TestControllerUnderManifests(t *testing.T) {
 				}
 				return nil
 			})
+			// Every panel's query, on the two scrapes as Prometheus would
+			// store them (30 s apart, with the target's labels).
+			tgt := map[string]string{"job": metricsSvcName, "instance": fmt.Sprintf("127.0.0.1:%d", mport)}
+			for id, n := range queriesWithData(t, dash, []map[string]float64{flatten(firstScrape, tgt), flatten(fams, tgt)}) {
+				if n > 0 {
+					panelData[id] = append(panelData[id], ov)
+				}
+			}
+			if f, ok := fams["process_start_time_seconds"]; ok {
+				exported["process_start_time_seconds"] = f // the alerts use it
+			}
 			for name, f := range fams {
 				if !strings.HasPrefix(name, "consul_cni_repair_") {
 					continue
@@ -494,6 +515,7 @@ func TestControllerUnderManifests(t *testing.T) {
 				t.Errorf("pods_repaired_total{namespace=%s,action=%s,result=%s,dry_run=%s,reason=tproxy_status_stuck} = %v, want 1",
 					ns, wantAction, wantResult, wantDry, n)
 			}
+			checkBornAtZero(t, fams, ns, repair.Action(wantAction), wantDry == repair.DryRunTrue)
 		})
 	}
 
@@ -504,9 +526,14 @@ func TestControllerUnderManifests(t *testing.T) {
 			t.Skip("no controller run succeeded")
 		}
 		used := map[string][]string{}
-		d, _ := dashboardFromBuild(t, buildOverlay(t, "base"))
-		for _, p := range allPanels(d.Panels) {
+		for _, p := range allPanels(dash.Panels) {
 			for _, tg := range p.Targets {
+				id := p.Title + " / " + tg.RefID
+				if len(panelData[id]) == 0 {
+					t.Errorf("panel %q query %s returned no data in any run of the controller\n  expr: %s", p.Title, tg.RefID, tg.Expr)
+				} else {
+					t.Logf("panel %q query %s: data in runs %v", p.Title, tg.RefID, panelData[id])
+				}
 				use, err := checkQuery(specs, grafanaToPromQL(tg.Expr))
 				if err != nil {
 					t.Errorf("panel %q: %v", p.Title, err)
@@ -543,4 +570,46 @@ func TestControllerUnderManifests(t *testing.T) {
 		}
 		t.Logf("%d metrics used by the dashboard and alerts, all exported", len(names))
 	})
+}
+
+// checkBornAtZero: the running controller exports, for the namespace of the
+// pods it saw, every pods_repaired_total series of its configuration (each
+// result the action can count, each reason), and skipped_total for every
+// reason, whether or not they counted anything.
+func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string, action repair.Action, dryRun bool) {
+	t.Helper()
+	has := func(name string, want map[string]string) bool {
+		f := fams[name]
+		if f == nil {
+			return false
+		}
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			match := len(got) == len(want)
+			for k, v := range want {
+				match = match && got[k] == v
+			}
+			if match {
+				return true
+			}
+		}
+		return false
+	}
+	for _, res := range repair.RepairResults(action, dryRun) {
+		for _, r := range repair.AllReasons {
+			want := map[string]string{repair.LabelNamespace: ns, repair.LabelAction: string(action), repair.LabelResult: res,
+				repair.LabelReason: string(r), repair.LabelDryRun: repair.DryRunLabel(dryRun)}
+			if !has(repair.MetricPodsRepaired, want) {
+				t.Errorf("%s%v is not exported", repair.MetricPodsRepaired, want)
+			}
+		}
+	}
+	for _, r := range repair.AllSkipReasons {
+		if !has(repair.MetricSkipped, map[string]string{repair.LabelReason: r}) {
+			t.Errorf("%s{reason=%s} is not exported", repair.MetricSkipped, r)
+		}
+	}
 }

@@ -241,14 +241,16 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID      int     `json:"id"`
-	Type    string  `json:"type"`
-	Title   string  `json:"title"`
-	Panels  []panel `json:"panels"` // collapsed rows
-	Targets []struct {
-		RefID string `json:"refId"`
-		Expr  string `json:"expr"`
-	} `json:"targets"`
+	ID      int           `json:"id"`
+	Type    string        `json:"type"`
+	Title   string        `json:"title"`
+	Panels  []panel       `json:"panels"` // collapsed rows
+	Targets []panelTarget `json:"targets"`
+}
+
+type panelTarget struct {
+	RefID string `json:"refId"`
+	Expr  string `json:"expr"`
 }
 
 // dashboardFromBuild returns the dashboard JSON held by the ConfigMap of a

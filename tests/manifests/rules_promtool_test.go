@@ -1,0 +1,454 @@
+package manifests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"sigs.k8s.io/yaml"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+)
+
+// The alert rules' unit tests: the rule file is the PrometheusRule's spec
+// taken from the build of manifests/base, the input series are written
+// from the controller's own metric and label constants, shaped as the
+// Prometheus Operator scrapes them with the ServiceMonitor (target labels
+// job, instance, pod, ...; honorLabels: true keeps the exported namespace),
+// and promtool (Debian's prometheus package) evaluates them.
+
+// Kinds of cases. Every alert needs a firing case and the not-firing ones
+// its metric allows (ruleKinds).
+const (
+	kindFiring    = "firing"
+	kindDryRun    = "dry run"
+	kindRecovered = "recovered"
+	kindBelow     = "below threshold"
+	kindReplicas  = "two replicas, one leads"
+	kindBorn      = "series born at its first increment"
+	// kindNoHonor shows why the ServiceMonitor's honorLabels: true is
+	// required: without it the alerts carry the controller's namespace.
+	kindNoHonor = "honorLabels: false"
+)
+
+// replica is one controller pod as a scrape target.
+type replica struct {
+	instance, pod string
+	// start is process_start_time_seconds; promtool's clock starts at 0.
+	start string
+}
+
+var (
+	leader  = replica{"10.244.1.7:8080", controllerName + "-6d9f7c5b8-x2k4q", "-86400+0x200"}
+	standby = replica{"10.244.2.9:8080", controllerName + "-6d9f7c5b8-p7m3z", "-86400+0x200"}
+	// a leader whose process started at 0: it acted before its first scrape
+	fresh = replica{"10.244.3.4:8080", controllerName + "-6d9f7c5b8-r8t5w", "0+0x200"}
+)
+
+// series is one input series of a promtool test.
+type series struct {
+	Series string `json:"series"`
+	Values string `json:"values"`
+}
+
+// sample is a series as the controller exports it on replica r, before the
+// scrape adds the target's labels.
+type sample struct {
+	r        replica
+	name     string
+	exported map[string]string
+	values   string
+}
+
+// scraped is a series of replica r.
+func scraped(r replica, name string, exported map[string]string, values string) sample {
+	return sample{r, name, exported, values}
+}
+
+// render gives the series as Prometheus stores it after the ServiceMonitor's
+// scrape: the target's labels (job, instance, pod, namespace, ...) and the
+// exported ones. With honorLabels the exported labels win; without, an
+// exported label that clashes is renamed exported_<name>.
+func (s sample) render(honorLabels bool) series {
+	ls := map[string]string{
+		"job": metricsSvcName, "service": metricsSvcName, "endpoint": "metrics", "container": "repair",
+		"namespace": namespace, "instance": s.r.instance, "pod": s.r.pod,
+	}
+	for k, v := range s.exported {
+		if _, clash := ls[k]; clash && !honorLabels {
+			k = "exported_" + k
+		}
+		ls[k] = v
+	}
+	keys := make([]string, 0, len(ls))
+	for k := range ls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%q", k, ls[k])
+	}
+	return series{Series: s.name + "{" + b.String() + "}", Values: s.values}
+}
+
+// processStart is the process collector's start time of r.
+func processStart(r replica) sample {
+	return scraped(r, "process_start_time_seconds", nil, r.start)
+}
+
+const appNS = "web-shop"
+
+// repairedAll is a namespace's pods_repaired_total, every series the
+// controller creates at 0 for its configuration (repair.RepairResults and
+// repair.AllReasons), with values for one of them and 0 for the others; a
+// values of "" leaves the namespace's series out.
+func repairedAll(r replica, action repair.Action, dryRun bool, result string, reason repair.Reason, values, zero string) []sample {
+	var out []sample
+	for _, res := range repair.RepairResults(action, dryRun) {
+		for _, rs := range repair.AllReasons {
+			v := zero
+			if res == result && rs == reason {
+				v = values
+			}
+			if v == "" {
+				continue
+			}
+			out = append(out, scraped(r, repair.MetricPodsRepaired, map[string]string{
+				repair.LabelNamespace: appNS, repair.LabelAction: string(action), repair.LabelResult: res,
+				repair.LabelReason: string(rs), repair.LabelDryRun: repair.DryRunLabel(dryRun),
+			}, v))
+		}
+	}
+	return append(out, processStart(r))
+}
+
+func readinessAll(r replica, change, result, values, zero string) []sample {
+	var out []sample
+	for _, c := range repair.AllChanges {
+		for _, res := range repair.AllResults {
+			v := zero
+			if c == change && res == result {
+				v = values
+			}
+			if v == "" {
+				continue
+			}
+			out = append(out, scraped(r, repair.MetricNodeReadinessChanges, map[string]string{repair.LabelChange: c, repair.LabelResult: res}, v))
+		}
+	}
+	return append(out, processStart(r))
+}
+
+func gauge(r replica, name string, exported map[string]string, values string) []sample {
+	return []sample{scraped(r, name, exported, values), processStart(r)}
+}
+
+func broken(r replica, ns string, reason repair.Reason, values string) sample {
+	return scraped(r, repair.MetricBrokenPods, map[string]string{repair.LabelNamespace: ns, repair.LabelReason: string(reason)}, values)
+}
+
+func join(ss ...[]sample) []sample {
+	var out []sample
+	for _, s := range ss {
+		out = append(out, s...)
+	}
+	return out
+}
+
+// ruleCase is one promtool test: input series, one evaluation time, the
+// alerts expected then (labels without severity, which comes from the rule).
+type ruleCase struct {
+	alert, kind, name string
+	series            []sample
+	at                string
+	want              []map[string]string
+}
+
+// Values are one sample per scrape interval (30s): "0x20 1x40" is 0 for 10
+// minutes, then 1 for 20 more; "_" is no sample.
+func ruleCases() []ruleCase {
+	evict, ev := repair.ActionEvict, string(repair.ActionEvict)
+	stuck, initFailed := repair.ReasonTProxyStatusStuck, repair.ReasonInitCheckFailed
+	ok, failed := repair.ResultSuccess, repair.ResultFailure
+	repairedLabels := map[string]string{repair.LabelNamespace: appNS, repair.LabelAction: ev, repair.LabelReason: string(stuck)}
+	failingLabels := map[string]string{repair.LabelNamespace: appNS, repair.LabelAction: ev}
+	readinessLabels := map[string]string{repair.LabelChange: repair.ChangeTaintRemoved}
+	unmeshedLabels := map[string]string{repair.LabelNamespace: appNS}
+	none := []map[string]string{}
+	return []ruleCase{
+		// ConsulCNIPodsRepaired: increase over 30m of successful real actions.
+		{"ConsulCNIPodsRepaired", kindFiring, "first repair in a namespace, on a series born at 0",
+			repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), "15m", []map[string]string{repairedLabels}},
+		{"ConsulCNIPodsRepaired", kindReplicas, "the standby's series stay at 0: one alert, not two",
+			join(repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, ok, stuck, "0x60", "0x60")),
+			"15m", []map[string]string{repairedLabels}},
+		{"ConsulCNIPodsRepaired", kindDryRun, "audit mode counts would-be repairs with dry_run=true",
+			repairedAll(leader, evict, true, ok, stuck, "0x20 1x40", "0x60"), "15m", none},
+		{"ConsulCNIPodsRepaired", kindRecovered, "the repair was 35 minutes ago",
+			repairedAll(leader, evict, false, ok, stuck, "0x20 1x100", "0x120"), "45m", none},
+		{"ConsulCNIPodsRepaired", kindBelow, "no repair, failures only",
+			repairedAll(leader, evict, false, failed, stuck, "0x20 1x40", "0x60"), "15m", none},
+		{"ConsulCNIPodsRepaired", kindBorn, "a new process acted before its first scrape",
+			repairedAll(fresh, evict, false, ok, stuck, "_x20 1x40", ""), "15m", []map[string]string{repairedLabels}},
+		{"ConsulCNIPodsRepaired", kindBorn, "a long-running process's series first seen at 1 is history Prometheus did not scrape",
+			repairedAll(leader, evict, false, ok, stuck, "_x20 1x40", ""), "15m", none},
+		{"ConsulCNIPodsRepaired", kindBorn, "a new process's series seen 2 repairs ago, then 1 more",
+			repairedAll(fresh, evict, false, ok, stuck, "_x20 2x10 3x30", ""), "15m", []map[string]string{repairedLabels}},
+
+		{"ConsulCNIPodsRepaired", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
+			repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), "15m",
+			[]map[string]string{{repair.LabelNamespace: namespace, repair.LabelAction: ev, repair.LabelReason: string(stuck)}}},
+
+		// ConsulCNIRepairFailing: increase over 15m of failed actions.
+		{"ConsulCNIRepairFailing", kindFiring, "first failure in a namespace, on a series born at 0",
+			repairedAll(leader, evict, false, failed, initFailed, "0x20 1x40", "0x60"), "15m", []map[string]string{failingLabels}},
+		{"ConsulCNIRepairFailing", kindReplicas, "the standby's series stay at 0",
+			join(repairedAll(leader, evict, false, failed, initFailed, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, ok, stuck, "0x60", "0x60")),
+			"15m", []map[string]string{failingLabels}},
+		{"ConsulCNIRepairFailing", kindDryRun, "a dry run only decides: no failure series",
+			repairedAll(leader, evict, true, ok, stuck, "0x20 1x40", "0x60"), "15m", none},
+		{"ConsulCNIRepairFailing", kindRecovered, "the failure was 20 minutes ago, the retry succeeded",
+			join(repairedAll(leader, evict, false, failed, stuck, "0x20 1x100", "0x120")), "30m", none},
+		{"ConsulCNIRepairFailing", kindBelow, "successes and PDB-blocked evictions only",
+			join(repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, repair.ResultPDBBlocked, stuck, "0x20 3x40", "0x60")),
+			"15m", none},
+		{"ConsulCNIRepairFailing", kindBorn, "a new process failed before its first scrape",
+			repairedAll(fresh, evict, false, failed, stuck, "_x20 1x40", ""), "14m", []map[string]string{failingLabels}},
+
+		// ConsulCNIPodsUnmeshed: broken pods, per namespace, for 15m.
+		{"ConsulCNIPodsUnmeshed", kindFiring, "one broken pod for 25 minutes, seen by both replicas; a quiet namespace",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(leader, appNS, initFailed, "0x70"), broken(leader, "quiet", stuck, "0x70"),
+				broken(standby, appNS, stuck, "0x10 1x60"), broken(standby, appNS, initFailed, "0x70"), broken(standby, "quiet", stuck, "0x70")},
+			"30m", []map[string]string{unmeshedLabels}},
+		{"ConsulCNIPodsUnmeshed", kindReplicas, "only the leader's replica reports the namespace",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(standby, "quiet", stuck, "0x70")}, "30m", []map[string]string{unmeshedLabels}},
+		{"ConsulCNIPodsUnmeshed", kindDryRun, "audit mode leaves the pod outside the mesh: it fires too",
+			[]sample{broken(leader, appNS, initFailed, "0x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
+		{"ConsulCNIPodsUnmeshed", kindRecovered, "broken for 20 minutes, repaired 15 minutes ago",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x40 0x40")}, "40m", none},
+		{"ConsulCNIPodsUnmeshed", kindBelow, "broken for 10 minutes only",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "15m", none},
+		{"ConsulCNIPodsUnmeshed", kindBorn, "the namespace's series first seen at 1",
+			[]sample{broken(leader, appNS, stuck, "_x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
+
+		{"ConsulCNIPodsUnmeshed", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "30m", []map[string]string{{repair.LabelNamespace: namespace}}},
+
+		// ConsulCNIRepairCircuitBreakerOpen: for 5m.
+		{"ConsulCNIRepairCircuitBreakerOpen", kindFiring, "open on the leader for 10 minutes",
+			gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x10 1x60"), "15m", []map[string]string{{}}},
+		{"ConsulCNIRepairCircuitBreakerOpen", kindReplicas, "the standby's breaker stays closed",
+			join(gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x10 1x60"), gauge(standby, repair.MetricBreakerOpenNodes, nil, "0x70")), "15m", []map[string]string{{}}},
+		{"ConsulCNIRepairCircuitBreakerOpen", kindRecovered, "closed again 5 minutes ago",
+			gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x10 1x30 0x30"), "25m", none},
+		{"ConsulCNIRepairCircuitBreakerOpen", kindBelow, "open for 3 minutes",
+			gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x24 1x60"), "15m", none},
+		{"ConsulCNIRepairCircuitBreakerOpen", kindBorn, "first seen at 1",
+			gauge(fresh, repair.MetricBreakerOpenNodes, nil, "_x10 1x60"), "15m", []map[string]string{{}}},
+
+		// ConsulCNINodesNotReady: for 15m.
+		{"ConsulCNINodesNotReady", kindFiring, "a node without ready CNI for 20 minutes",
+			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x60"), "30m", []map[string]string{{}}},
+		{"ConsulCNINodesNotReady", kindReplicas, "both replicas report it: one alert",
+			join(gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x60"),
+				gauge(standby, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x60")), "30m", []map[string]string{{}}},
+		{"ConsulCNINodesNotReady", kindRecovered, "ready again",
+			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x40 0x20"), "35m", none},
+		{"ConsulCNINodesNotReady", kindBelow, "ready nodes only",
+			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "true"}, "3x70"), "30m", none},
+		{"ConsulCNINodesNotReady", kindBorn, "first seen at 1",
+			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "_x10 1x60"), "30m", []map[string]string{{}}},
+
+		// ConsulCNINodeReadinessFailing: increase over 15m of failed changes.
+		{"ConsulCNINodeReadinessFailing", kindFiring, "first failed taint removal, on a series born at 0",
+			readinessAll(leader, repair.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), "15m", []map[string]string{readinessLabels}},
+		{"ConsulCNINodeReadinessFailing", kindReplicas, "the standby's series stay at 0",
+			join(readinessAll(leader, repair.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), readinessAll(standby, repair.ChangeTaintRemoved, failed, "0x60", "0x60")),
+			"15m", []map[string]string{readinessLabels}},
+		{"ConsulCNINodeReadinessFailing", kindRecovered, "the failure was 20 minutes ago",
+			readinessAll(leader, repair.ChangeTaintRemoved, failed, "0x20 1x100", "0x120"), "30m", none},
+		{"ConsulCNINodeReadinessFailing", kindBelow, "successful changes only",
+			readinessAll(leader, repair.ChangeLabelAdded, ok, "0x20 5x40", "0x60"), "15m", none},
+		{"ConsulCNINodeReadinessFailing", kindBorn, "a new process failed before its first scrape",
+			readinessAll(fresh, repair.ChangeTaintRemoved, failed, "_x20 1x40", ""), "14m", []map[string]string{readinessLabels}},
+
+		// ConsulCNIRepairNoLeader: for 10m.
+		{"ConsulCNIRepairNoLeader", kindFiring, "both replicas standing by for 20 minutes",
+			join(gauge(leader, repair.MetricLeader, nil, "0x40"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", []map[string]string{{}}},
+		{"ConsulCNIRepairNoLeader", kindFiring, "no replica scraped at all",
+			gauge(leader, "up", nil, "0x40"), "20m", []map[string]string{{}}},
+		{"ConsulCNIRepairNoLeader", kindReplicas, "one replica leads",
+			join(gauge(leader, repair.MetricLeader, nil, "1x40"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", none},
+		{"ConsulCNIRepairNoLeader", kindRecovered, "a new leader after 5 minutes",
+			join(gauge(leader, repair.MetricLeader, nil, "0x10 1x30"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", none},
+		{"ConsulCNIRepairNoLeader", kindBelow, "leaderless for 5 minutes only",
+			join(gauge(leader, repair.MetricLeader, nil, "1x30 0x10"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", none},
+		{"ConsulCNIRepairNoLeader", kindBorn, "the leader's series appears at 1",
+			gauge(fresh, repair.MetricLeader, nil, "_x2 1x40"), "20m", none},
+	}
+}
+
+// ruleKinds are the kinds of case every alert must have; dry run where
+// audit mode changes what the metric counts.
+func ruleKinds(alert string) []string {
+	kinds := []string{kindFiring, kindRecovered, kindBelow, kindReplicas, kindBorn}
+	switch alert {
+	case "ConsulCNIPodsRepaired", "ConsulCNIRepairFailing", "ConsulCNIPodsUnmeshed":
+		kinds = append(kinds, kindDryRun)
+	}
+	return kinds
+}
+
+// promtool's test file format.
+type promtoolFile struct {
+	RuleFiles          []string       `json:"rule_files"`
+	EvaluationInterval string         `json:"evaluation_interval"`
+	Tests              []promtoolTest `json:"tests"`
+}
+
+type promtoolTest struct {
+	Name       string          `json:"name"`
+	Interval   string          `json:"interval"`
+	Input      []series        `json:"input_series"`
+	AlertTests []promtoolAlert `json:"alert_rule_test"`
+}
+
+type promtoolAlert struct {
+	EvalTime  string             `json:"eval_time"`
+	AlertName string             `json:"alertname"`
+	ExpAlerts []promtoolExpected `json:"exp_alerts"`
+}
+
+type promtoolExpected struct {
+	ExpLabels map[string]string `json:"exp_labels"`
+}
+
+// shippedRules returns the spec of manifests/base's PrometheusRule (a rule
+// file) and its parsed groups.
+func shippedRules(tb testing.TB) (map[string]any, *rulefmt.RuleGroups) {
+	tb.Helper()
+	spec, ok := find(tb, buildOverlay(tb, "base"), "PrometheusRule", controllerName).DeepCopy().Object["spec"].(map[string]any)
+	if !ok {
+		tb.Fatal("PrometheusRule has no spec")
+	}
+	groups, errs := parseRuleGroups(tb, spec)
+	if len(errs) > 0 {
+		tb.Fatal(errs)
+	}
+	return spec, groups
+}
+
+// scrapeInterval is the ServiceMonitor's interval, the one the cases'
+// values are written for.
+func scrapeInterval(tb testing.TB) string {
+	tb.Helper()
+	var sm monitoringv1.ServiceMonitor
+	decodeStrict(tb, find(tb, buildOverlay(tb, "base"), "ServiceMonitor", controllerName), &sm)
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Interval != "30s" {
+		tb.Fatalf("ServiceMonitor endpoints %+v: the rule cases are written for one endpoint scraped every 30s", sm.Spec.Endpoints)
+	}
+	return string(sm.Spec.Endpoints[0].Interval)
+}
+
+// TestAlertRulesOnData runs `promtool test rules` on the shipped rules with
+// the cases above, and checks that every alert has every kind of case.
+func TestAlertRulesOnData(t *testing.T) {
+	promtool := os.Getenv("CCR_PROMTOOL")
+	if promtool == "" {
+		var err error
+		if promtool, err = exec.LookPath("promtool"); err != nil {
+			t.Skip("promtool not found: `make test-monitoring` installs it (Debian package prometheus)")
+		}
+	}
+	spec, groups := shippedRules(t)
+	severity := map[string]string{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				severity[r.Alert] = r.Labels["severity"]
+			}
+		}
+	}
+	// Annotations are templates checked by TestAlertRules; promtool would
+	// compare their rendering, which these cases do not state.
+	for _, g := range spec["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			delete(r.(map[string]any), "annotations")
+		}
+	}
+
+	cases := ruleCases()
+	have := map[string]map[string]int{}
+	interval := scrapeInterval(t)
+	file := promtoolFile{RuleFiles: []string{"rules.yaml"}, EvaluationInterval: "30s"}
+	for _, c := range cases {
+		sev, ok := severity[c.alert]
+		if !ok {
+			t.Errorf("case %q: no alert %s in the shipped rules", c.name, c.alert)
+			continue
+		}
+		if have[c.alert] == nil {
+			have[c.alert] = map[string]int{}
+		}
+		have[c.alert][c.kind]++
+		exp := []promtoolExpected{}
+		for _, w := range c.want {
+			ls := map[string]string{"severity": sev}
+			for k, v := range w {
+				ls[k] = v
+			}
+			exp = append(exp, promtoolExpected{ExpLabels: ls})
+		}
+		var input []series
+		for _, smp := range c.series {
+			input = append(input, smp.render(c.kind != kindNoHonor))
+		}
+		file.Tests = append(file.Tests, promtoolTest{
+			Name: c.alert + ": " + c.kind + ": " + c.name, Interval: interval, Input: input,
+			AlertTests: []promtoolAlert{{EvalTime: c.at, AlertName: c.alert, ExpAlerts: exp}},
+		})
+	}
+	for alert := range severity {
+		for _, k := range ruleKinds(alert) {
+			if have[alert][k] == 0 {
+				t.Errorf("alert %s has no %q case", alert, k)
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	rules, err := yaml.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests, err := yaml.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tests.yaml"), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "tests.yaml")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n--- tests.yaml ---\n%s", err, out, tests)
+	}
+	t.Logf("promtool: %d cases over %d alerts passed", len(cases), len(severity))
+	for _, c := range cases {
+		t.Logf("  %s / %s: %s (%d alert(s) at %s)", c.alert, c.kind, c.name, len(c.want), c.at)
+	}
+}
