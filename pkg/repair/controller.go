@@ -415,7 +415,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	broken, total := 0, 0
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
-		if !ok || !countedByBreaker(p) {
+		if !ok || !c.countedByBreaker(p) {
 			continue
 		}
 		t, ok := SandboxTime(p)
@@ -460,12 +460,11 @@ func (c *Controller) recheckBreakers(ctx context.Context) {
 	}
 }
 
-func countedByBreaker(p *corev1.Pod) bool {
-	if !annotations.IsRepairCandidate(p.Labels, p.Annotations) || p.DeletionTimestamp != nil || p.Spec.HostNetwork || IsMirrorPod(p) {
-		return false
-	}
-	s, _ := annotations.TProxyStatus(p.Annotations)
-	return s == annotations.TProxyStatusEnabled || s == annotations.TProxyStatusWaiting || annotations.IsComplete(s)
+// countedByBreaker: the pods a node's breaker judges are those a signal can
+// judge (Examinable), except finished ones.
+func (c *Controller) countedByBreaker(p *corev1.Pod) bool {
+	ok, _ := Examinable(p)
+	return ok && !c.detector.Finished(p)
 }
 
 // act performs the configured action (or its dry run) once.

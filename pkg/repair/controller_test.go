@@ -745,10 +745,12 @@ func TestStateMetrics(t *testing.T) {
 	h.addPod(brokenB())
 	h.addPod(mkPod(sandboxAt(-time.Hour)))
 	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour)))
+	h.addPod(mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Hour)))
 	const want = `
 # HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin.
 # TYPE consul_cni_repair_broken_pods gauge
 consul_cni_repair_broken_pods{reason="init_check_failed"} 1
+consul_cni_repair_broken_pods{reason="sandbox_recreated"} 1
 consul_cni_repair_broken_pods{reason="tproxy_status_stuck"} 1
 # HELP consul_cni_repair_nodes Nodes by CNI readiness as the configured gate sees it.
 # TYPE consul_cni_repair_nodes gauge
@@ -796,6 +798,7 @@ func TestConfigValidate(t *testing.T) {
 		"taint key":     func(c *Config) { c.StartupTaintKey = "" },
 		"taint effect":  func(c *Config) { c.StartupTaintEffect = "Sometimes" },
 		"backoff order": func(c *Config) { c.BackoffMax = time.Millisecond },
+		"sandbox slack": func(c *Config) { c.SandboxSlack = 500 * time.Millisecond },
 	} {
 		c := DefaultConfig()
 		mut(&c)
@@ -808,5 +811,102 @@ func TestConfigValidate(t *testing.T) {
 	c := DefaultConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// The breaker judges pods by their latest sandbox: pods first started
+// before the CNI became ready whose sandbox was recreated since, and are
+// broken, count against it.
+func TestBreakerCountsLatestSandboxes(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; i < 3; i++ {
+		keys = append(keys, h.addPod(brokenB(startedApp(-5*time.Minute))))
+	}
+	for _, k := range keys {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 0 {
+		t.Fatalf("breaker did not count the recreated sandboxes: %d actions", n)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+		t.Fatalf("open nodes gauge = %v", got)
+	}
+}
+
+// Finished pods (Succeeded, or Failed for another reason than the check) are
+// neither acted on nor counted by the breaker nor by broken_pods.
+func TestFinishedPodsAreNeverBroken(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Gate = GateCNIPod
+		c.BreakerMinPods = 3
+		c.BreakerThreshold = 0.5
+		c.AllowBarePods = true
+	})
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	finished := []*corev1.Pod{
+		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodSucceeded)),
+		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodSucceeded), bare()),
+		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodFailed)),
+		mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-30*time.Second), inPhase(corev1.PodFailed)),
+	}
+	var keys []string
+	for _, p := range finished {
+		keys = append(keys, h.addPod(p))
+	}
+	broken := h.addPod(brokenB())
+	for _, k := range append(keys, broken) {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts := h.mutations()
+	if len(acts) != 1 || acts[0].GetSubresource() != "eviction" {
+		t.Fatalf("want only the check-failed pod evicted, got %v", acts)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 0 {
+		t.Fatalf("finished pods opened the breaker: gauge = %v", got)
+	}
+	const want = `
+# HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin.
+# TYPE consul_cni_repair_broken_pods gauge
+consul_cni_repair_broken_pods{reason="init_check_failed"} 1
+consul_cni_repair_broken_pods{reason="sandbox_recreated"} 0
+consul_cni_repair_broken_pods{reason="tproxy_status_stuck"} 0
+`
+	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), MetricsPrefix+"broken_pods"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A complete pod whose sandbox was recreated after cni-applied-at is evicted
+// with its own reason, Event text and metric label.
+func TestSandboxRecreatedIsRepaired(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	key := h.addPod(mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Minute)))
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	if acts := h.mutations(); len(acts) != 1 || acts[0].GetSubresource() != "eviction" {
+		t.Fatalf("want one eviction, got %v", acts)
+	}
+	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonSandboxRecreated, "false"); got != 1 {
+		t.Fatalf("repaired{reason=sandbox_recreated} = %v", got)
+	}
+	ev := h.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], "sandbox was recreated") || !strings.Contains(ev[0], annotations.KeyCNIAppliedAt) {
+		t.Fatalf("events: %q", ev)
 	}
 }

@@ -16,6 +16,7 @@ var keptPodAnnotations = []string{
 	annotations.KeyMeshInjectStatus,
 	annotations.KeyTransparentProxyStatus,
 	annotations.KeyConfigMirror,
+	annotations.KeyCNIAppliedAt,
 }
 
 // keptPodLabels are the only labels the controller reads.
