@@ -910,3 +910,58 @@ func TestSandboxRecreatedIsRepaired(t *testing.T) {
 		t.Fatalf("events: %q", ev)
 	}
 }
+
+// The node-label gate dates readiness by the node's cni-ready-since
+// annotation, so the breaker's baseline is the same in every process that
+// reads it (a restart, a failover): pods whose sandbox is newer than it and
+// that are broken open the breaker in each of them.
+func TestBreakerBaselineSurvivesRestart(t *testing.T) {
+	node := readyNode("n1")
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0.Add(-10 * time.Minute))}
+	for _, process := range []string{"first", "restarted"} {
+		t.Run(process, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+			h.addNode(node)
+			if open, since := h.c.gate.Open("n1"); !open || !since.Equal(t0.Add(-10*time.Minute)) {
+				t.Fatalf("gate: open %v since %s, want since the annotation", open, since)
+			}
+			var keys []string
+			for i := 0; i < 3; i++ {
+				keys = append(keys, h.addPod(brokenB(func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = at(-5 * time.Minute) })))
+			}
+			for _, k := range keys {
+				if err := h.sync(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(h.mutations()); n != 0 {
+				t.Fatalf("%d actions: the breaker did not count pods newer than the persisted baseline", n)
+			}
+			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+				t.Fatalf("open nodes gauge = %v", got)
+			}
+		})
+	}
+}
+
+// What the node-readiness controller writes is what the gate reads back.
+func TestReadySinceRoundTrip(t *testing.T) {
+	nr := newNRHarness(t, nil, newNode(nil), cniPod("n1", true, -time.Second))
+	nr.n.now = func() time.Time { return t0.Add(-7 * time.Minute) }
+	if err := nr.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, nil)
+	h.addNode(nr.node())
+	if open, since := h.c.gate.Open("n1"); !open || !since.Equal(t0.Add(-7*time.Minute)) {
+		t.Fatalf("gate: open %v since %s", open, since)
+	}
+	// A value in the future (another clock) is never used as is.
+	future := nr.node()
+	future.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(time.Now().Add(time.Hour))
+	h = newHarness(t, nil)
+	h.addNode(future)
+	if _, since := h.c.gate.Open("n1"); since.After(time.Now()) {
+		t.Fatalf("since %s is in the future", since)
+	}
+}

@@ -49,9 +49,11 @@ func NewGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer,
 }
 
 // nodeLabelGate: open when the node is labelled consul.hashicorp.com/cni=ready.
-// The label has no timestamp, so "since" is when this process first saw it
-// (Observe from the node informer's handlers), or start for nodes labelled
-// before this process ran.
+// "since" is the node's cni-ready-since annotation, written with the label
+// by the node-readiness controller, so a restart or a failover keeps it.
+// Without a valid one (a label set by someone else, a dry run) it is when
+// this process first saw the label (Observe from the node informer's
+// handlers), or start for nodes labelled before this process ran.
 type nodeLabelGate struct {
 	nodes corelisters.NodeLister
 	start time.Time
@@ -80,6 +82,13 @@ func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Tim
 		delete(g.since, node.Name)
 		return false, time.Time{}
 	}
+	if t, ok := NodeReadySince(node); ok {
+		if now := g.now(); t.After(now) {
+			t = now // another node's clock: never in the future
+		}
+		g.since[node.Name] = t
+		return true, t
+	}
 	t, ok := g.since[node.Name]
 	if !ok {
 		t = g.now()
@@ -95,6 +104,17 @@ func (g *nodeLabelGate) Forget(name string) {
 	g.mu.Lock()
 	delete(g.since, name)
 	g.mu.Unlock()
+}
+
+// NodeReadySince returns the node's cni-ready-since annotation, when it
+// holds a valid time.
+func NodeReadySince(node *corev1.Node) (time.Time, bool) {
+	v, ok := node.Annotations[annotations.AnnotationCNIReadySince]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := annotations.ParseTime(annotations.AnnotationCNIReadySince, v)
+	return t, err == nil
 }
 
 // NodeLabelledReady reports whether node carries the CNI readiness label.

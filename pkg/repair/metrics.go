@@ -29,6 +29,9 @@ const (
 	ChangeLabelRemoved = "label_removed"
 	ChangeTaintRemoved = "taint_removed"
 	ChangeTaintAdded   = "taint_added"
+	// ChangeReadySinceAdded: the ready-since annotation was added to a node
+	// already labelled ready (one labelled before it existed).
+	ChangeReadySinceAdded = "ready_since_added"
 )
 
 // Metrics are the controller's metrics, all on one registry.

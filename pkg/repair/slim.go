@@ -169,12 +169,21 @@ func SlimCNIPod(obj interface{}) (interface{}, error) {
 	return out, nil
 }
 
-// SlimNode keeps a node's name, UID, resourceVersion, labels and taints (the
-// taints whole: the readiness patch tests them for equality).
+// SlimNode keeps a node's name, UID, resourceVersion, labels, taints (the
+// taints whole: the readiness patch tests them for equality) and of its
+// annotations only the ready-since one (in a map that is nil only when the
+// node has no annotations: the readiness patch adds the whole map then).
 func SlimNode(obj interface{}) (interface{}, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
+	}
+	var ann map[string]string
+	if node.Annotations != nil {
+		ann = map[string]string{}
+		if v, ok := node.Annotations[annotations.AnnotationCNIReadySince]; ok {
+			ann[annotations.AnnotationCNIReadySince] = v
+		}
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -184,6 +193,7 @@ func SlimNode(obj interface{}) (interface{}, error) {
 			CreationTimestamp: node.CreationTimestamp,
 			DeletionTimestamp: node.DeletionTimestamp,
 			Labels:            node.Labels,
+			Annotations:       ann,
 		},
 		Spec: corev1.NodeSpec{Taints: node.Spec.Taints},
 	}, nil
