@@ -119,6 +119,11 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		return nil, errors.New("cni-pod gate needs the CNI pod informer")
 	}
 	c.gate = NewGate(cfg.Gate, c.nodes, cniIndex, time.Now())
+	dryRunLabels := false
+	if g, ok := c.gate.(*nodeLabelGate); ok && cfg.DryRun && cfg.NodeReadiness && cniIndex != nil {
+		g.wouldLabel = &cniPodGate{pods: cniIndex}
+		dryRunLabels = true
+	}
 	metrics.registerBreaker(c.breaker)
 	metrics.stateCollector.brokenCounts = c.brokenCounts
 	metrics.stateCollector.nodeCounts = c.nodeCounts
@@ -147,7 +152,7 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 	}); err != nil {
 		return nil, err
 	}
-	if inf.CNIPods != nil && cfg.Gate == GateCNIPod {
+	if inf.CNIPods != nil && (cfg.Gate == GateCNIPod || dryRunLabels) {
 		if _, err := inf.CNIPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.cniPodChanged,
 			UpdateFunc: func(_, obj interface{}) { c.cniPodChanged(obj) },

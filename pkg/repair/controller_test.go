@@ -965,3 +965,31 @@ func TestReadySinceRoundTrip(t *testing.T) {
 		t.Fatalf("since %s is in the future", since)
 	}
 }
+
+// In a dry run node readiness labels nothing, so the node-label gate also
+// opens where it would have labelled the node (a Ready CNI pod on it):
+// the audit still reports the pods it would repair.
+func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DryRun = true })
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"n1", "n2"} {
+		if err := h.sync(h.addPod(brokenB(onNode(node)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := h.events()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventWouldRepair) {
+		t.Fatalf("events %q: want one WouldRepair (n1)", evs)
+	}
+	if got := skipped(h.metrics, SkipGateClosed); got != 1 {
+		t.Fatalf("gate_closed = %v (n2 has no Ready CNI pod)", got)
+	}
+	if m := h.mutations(); len(m) != 0 {
+		t.Fatalf("dry run mutated: %v", m)
+	}
+}

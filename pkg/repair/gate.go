@@ -58,6 +58,11 @@ type nodeLabelGate struct {
 	nodes corelisters.NodeLister
 	start time.Time
 	now   func() time.Time
+	// wouldLabel, in a dry run with node readiness, opens a node that is
+	// not labelled but that node readiness would have labelled (a Ready
+	// CNI pod on it): it writes no label then, and an audit that waits
+	// for one would never report anything.
+	wouldLabel *cniPodGate
 
 	mu    sync.Mutex
 	since map[string]time.Time
@@ -70,7 +75,10 @@ func (g *nodeLabelGate) Open(name string) (bool, time.Time) {
 	if err != nil {
 		return false, time.Time{}
 	}
-	return g.Observe(node, false)
+	if open, since := g.Observe(node, false); open || g.wouldLabel == nil {
+		return open, since
+	}
+	return g.wouldLabel.Open(name)
 }
 
 // Observe records the node's label state; initial is true for nodes of the
