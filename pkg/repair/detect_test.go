@@ -253,14 +253,24 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 	if pc := c.(*corev1.Pod); pc.Annotations[annotations.KeyTransparentProxyStatus] != "complete" || pa.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
 		t.Error("different markers were shared")
 	}
-	// Unique values (mirror hashes) never grow the table without bound.
+	// Unique values (mirror hashes, cni-applied-at times) never enter the
+	// table: common marker sets seen after them are still shared.
+	interned.mu.Lock()
+	before := len(interned.m)
+	interned.mu.Unlock()
 	for i := 0; i < 3*maxInterned; i++ {
 		_, _ = SlimInjectedPod(mkPod(withAnnotation(annotations.KeyConfigMirror, time.Duration(i).String())))
+		_, _ = SlimInjectedPod(mkPod(withStatus("complete"), appliedAt(time.Duration(i)*time.Second)))
 	}
 	interned.mu.Lock()
 	n := len(interned.m)
 	interned.mu.Unlock()
-	if n > maxInterned {
-		t.Fatalf("intern table has %d entries", n)
+	if n > maxInterned || n != before {
+		t.Fatalf("intern table has %d entries, %d before the unique values", n, before)
+	}
+	d, _ := SlimInjectedPod(mkPod(withStatus("waiting")))
+	e, _ := SlimInjectedPod(mkPod(withStatus("waiting")))
+	if reflect.ValueOf(d.(*corev1.Pod).Annotations).UnsafePointer() != reflect.ValueOf(e.(*corev1.Pod).Annotations).UnsafePointer() {
+		t.Error("a common marker set seen after unique ones is not shared")
 	}
 }

@@ -199,6 +199,11 @@ func SlimNode(obj interface{}) (interface{}, error) {
 	}, nil
 }
 
+// uniqueAnnotations have a value of their own on almost every pod (a time,
+// a hash): a map holding one is never shared, and never fills the intern
+// table in place of the common marker sets.
+var uniqueAnnotations = map[string]bool{annotations.KeyCNIAppliedAt: true, annotations.KeyConfigMirror: true}
+
 // keep returns the entries of m under keys, as a shared (interned) map when
 // the same entries were seen before: almost every injected pod carries the
 // same few markers, and a small Go map costs hundreds of bytes. Cached
@@ -206,20 +211,22 @@ func SlimNode(obj interface{}) (interface{}, error) {
 func keep(m map[string]string, keys []string) map[string]string {
 	var out map[string]string
 	var id strings.Builder
+	unique := false
 	for _, k := range keys {
 		if v, ok := m[k]; ok {
 			if out == nil {
 				out = make(map[string]string, len(keys))
 			}
 			out[k] = v
+			unique = unique || uniqueAnnotations[k]
 			id.WriteString(k)
 			id.WriteByte(0)
 			id.WriteString(v)
 			id.WriteByte(0)
 		}
 	}
-	if out == nil {
-		return nil
+	if out == nil || unique {
+		return out
 	}
 	return interned.get(id.String(), out)
 }
