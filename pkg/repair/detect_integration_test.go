@@ -153,10 +153,11 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // The breaker's baseline is the node's cni-ready-since annotation, written
-// with the readiness label: a controller restarted after pods broke on a
-// node whose CNI became ready before them still counts those pods and keeps
-// the breaker open, instead of taking its own start as the baseline and
-// evicting them.
+// with the readiness label: the leader that wrote it stops (releasing the
+// Lease), pods break on the node, and the next leader (another identity, a
+// fresh process state: a restart or a failover) still counts those pods and
+// keeps the breaker open, instead of taking its own start as the baseline
+// and evicting them.
 func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
