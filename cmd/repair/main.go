@@ -61,6 +61,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.gate, "cni-ready-gate", o.gate, "When a node's CNI counts as ready (no action elsewhere): node-label (label consul.hashicorp.com/cni=ready), cni-pod (the CNI DaemonSet pod on the node is Ready) or none.")
 	fs.BoolVar(&c.AllowBarePods, "allow-bare-pods", c.AllowBarePods, "Also act on pods without a controller (they are NOT recreated). Default: Event and metric only.")
 	fs.DurationVar(&c.MinPodAge, "min-pod-age", c.MinPodAge, "Signal A: how long the transparent-proxy-status may stay enabled/waiting after the sandbox exists before the pod counts as broken.")
+	fs.DurationVar(&c.SandboxSlack, "sandbox-slack", c.SandboxSlack, "Signal C: how much later than the consul.hashicorp.com/cni-applied-at annotation a complete pod's sandbox may have become ready (PodReadyToStartContainers) and still be the sandbox the rules were applied to; later means it was recreated without consul-cni. It covers the kubelet reporting the new sandbox only after pulling and starting the first init container. At least 1s.")
 	fs.StringSliceVar(&c.InitContainerNames, "init-container-name", c.InitContainerNames, "Signal B: names of the annotation-check init containers (NAME and NAME-<service> match); repeat or comma-separate.")
 	fs.Int32Var(&c.InitExitCode, "init-exit-code", c.InitExitCode, "Signal B: exit code of a failed check.")
 	fs.StringVar(&c.InjectedPodSelector, "injected-pod-selector", c.InjectedPodSelector, "Server-side label selector of the pods the controller watches (the injected ones).")

@@ -9,6 +9,7 @@ package annotations
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // KeyConnectInject is the pod annotation the consul-k8s webhook obeys:
@@ -60,6 +61,16 @@ const (
 	// consul-cni plugin is really in the node's CNI chain.
 	LabelCNIReady      = "consul.hashicorp.com/cni"
 	LabelCNIReadyValue = "ready"
+	// AnnotationCNIReadySince is the node annotation written together with
+	// LabelCNIReady: when the node's CNI became ready (RFC 3339, UTC). The
+	// repair controller's circuit breaker reads it back as its baseline, so
+	// a restart or a failover does not move it.
+	AnnotationCNIReadySince = "consul.hashicorp.com/cni-ready-since"
+	// KeyCNIAppliedAt is the pod annotation the consul-cni plugin writes in
+	// the same patch that sets the transparent-proxy-status to complete:
+	// when the rules were applied in the pod's sandbox (RFC 3339, UTC). A
+	// sandbox made later than that (a node reboot) got no rules from it.
+	KeyCNIAppliedAt = "consul.hashicorp.com/cni-applied-at"
 	// TaintCNINotReady is the default key of the startup taint removed from
 	// a node once its CNI is ready.
 	TaintCNINotReady = "consul.hashicorp.com/cni-not-ready"
@@ -83,6 +94,22 @@ const (
 	ProxyUID = 5995
 	InitUID  = 5996
 )
+
+// TimeLayout is the layout of the time annotations above (RFC 3339, second
+// precision, always written in UTC).
+const TimeLayout = "2006-01-02T15:04:05Z07:00"
+
+// FormatTime renders t for a time annotation.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
+
+// ParseTime reads a time annotation; the error names the key and value.
+func ParseTime(key, v string) (time.Time, error) {
+	t, err := time.Parse(TimeLayout, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("annotation %s: %q is not an RFC 3339 time", key, v)
+	}
+	return t, nil
+}
 
 // IsInjected reports whether a pod with these labels and annotations was
 // injected by the consul-k8s webhook.

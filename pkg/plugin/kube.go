@@ -118,7 +118,22 @@ func retry(ctx context.Context, attempts int, base time.Duration, fn func(contex
 // annotation. With the pod's UID in it, the patch cannot land on a new pod
 // that took the old one's name.
 func statusPatch(uid, status string) []byte {
-	meta := map[string]any{"annotations": map[string]string{annotations.KeyTransparentProxyStatus: status}}
+	return annotationPatch(uid, map[string]string{annotations.KeyTransparentProxyStatus: status})
+}
+
+// completePatch sets the status to complete and, in the same patch,
+// cni-applied-at to the time the rules were applied: the repair controller
+// compares it with the pod's current sandbox, so the pair can never be seen
+// half written.
+func completePatch(uid string, applied time.Time) []byte {
+	return annotationPatch(uid, map[string]string{
+		annotations.KeyTransparentProxyStatus: annotations.TProxyStatusComplete,
+		annotations.KeyCNIAppliedAt:           annotations.FormatTime(applied),
+	})
+}
+
+func annotationPatch(uid string, values map[string]string) []byte {
+	meta := map[string]any{"annotations": values}
 	if uid != "" {
 		meta["uid"] = uid
 	}
@@ -138,8 +153,8 @@ func getPod(ctx context.Context, c PodClient, ns, name string, base time.Duratio
 	return pod, n, err
 }
 
-func patchStatus(ctx context.Context, c PodClient, pod *Pod, status string, base time.Duration) (int, error) {
-	body := statusPatch(pod.UID, status)
+// patchStatus sends body (statusPatch, completePatch) with retries.
+func patchStatus(ctx context.Context, c PodClient, pod *Pod, body []byte, base time.Duration) (int, error) {
 	return retry(ctx, apiAttempts, base, func(ctx context.Context) error {
 		return c.PatchPod(ctx, pod.Namespace, pod.Name, body)
 	})

@@ -125,7 +125,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 
 	if tg.pod != nil {
 		ctx := apiCtx
-		n, err := patchStatus(ctx, tg.client, tg.pod, annotations.TProxyStatusComplete, p.RetryBase)
+		n, err := patchStatus(ctx, tg.client, tg.pod, completePatch(tg.pod.UID, time.Now()), p.RetryBase)
 		if err != nil {
 			// The API deadline may have taken the iptables one with it.
 			cctx, ccancel := context.WithTimeout(context.Background(), redirect.CleanupTimeout)
@@ -182,7 +182,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	}
 	tg.pod = pod
 	if add {
-		if n, err := patchStatus(ctx, client, pod, annotations.TProxyStatusWaiting, p.RetryBase); err != nil {
+		if n, err := patchStatus(ctx, client, pod, statusPatch(pod.UID, annotations.TProxyStatusWaiting), p.RetryBase); err != nil {
 			return nil, fmt.Errorf("consul-cni: %s: setting %s=%s failed after %d attempt(s): %w",
 				tg.what, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusWaiting, n, apiHint(ctx, err, conf))
 		}

@@ -153,7 +153,11 @@ func (e *env) verbs() []string {
 			if p.Metadata.UID == "" {
 				e.t.Errorf("patch without uid precondition: %s", a.GetPatch())
 			}
-			out = append(out, string(a.GetPatchType())+":"+p.Metadata.Annotations[annotations.KeyTransparentProxyStatus])
+			status := p.Metadata.Annotations[annotations.KeyTransparentProxyStatus]
+			if _, ok := p.Metadata.Annotations[annotations.KeyCNIAppliedAt]; ok != (status == annotations.TProxyStatusComplete) {
+				e.t.Errorf("%s must be written with, and only with, status %s: %s", annotations.KeyCNIAppliedAt, annotations.TProxyStatusComplete, a.GetPatch())
+			}
+			out = append(out, string(a.GetPatchType())+":"+status)
 		default:
 			out = append(out, a.GetVerb())
 		}
@@ -182,14 +186,25 @@ var emptyTables = [2]string{(&redirect.Fake{}).Table(redirect.IPv4), (&redirect.
 
 func TestAddKubernetesPath(t *testing.T) {
 	e := newEnv(t, injectedPod("web", nil))
+	before := time.Now().Truncate(time.Second)
 	if err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web"))); err != nil {
 		t.Fatal(err)
 	}
+	after := time.Now()
 	if got := strings.Join(e.verbs(), ","); got != "get,application/merge-patch+json:waiting,application/merge-patch+json:complete" {
 		t.Fatalf("API calls %s", got)
 	}
 	if s := e.status("web"); s != annotations.TProxyStatusComplete {
 		t.Fatalf("status %q", s)
+	}
+	// The time the rules were applied, written with complete.
+	pod, err := e.client.CoreV1().Pods("default").Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := annotations.ParseTime(annotations.KeyCNIAppliedAt, pod.Annotations[annotations.KeyCNIAppliedAt])
+	if err != nil || applied.Before(before) || applied.After(after) || applied.Location() != time.UTC {
+		t.Fatalf("%s = %q (%v), want a UTC time in [%s, %s]", annotations.KeyCNIAppliedAt, pod.Annotations[annotations.KeyCNIAppliedAt], err, before, after)
 	}
 	if e.tables() != expectedTable(t, upstreamDefault, false) {
 		t.Fatalf("rules\n%s", e.tables())

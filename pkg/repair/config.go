@@ -43,6 +43,7 @@ const (
 	DefaultAction                     = ActionEvict
 	DefaultGate                       = GateNodeLabel
 	DefaultMinPodAge                  = 30 * time.Second
+	DefaultSandboxSlack               = 2 * time.Minute
 	DefaultMaxRepairsPerMinute        = 30
 	DefaultMaxRepairsPerNodePerMinute = 10
 	DefaultBackoffBase                = 5 * time.Second
@@ -65,11 +66,13 @@ var DefaultInitContainerNames = []string{annotations.InitContainerName, annotati
 // Config holds everything the repair and node-readiness controllers need.
 // The zero value is not usable: start from DefaultConfig.
 type Config struct {
-	Action             Action
-	DryRun             bool
-	Gate               GateMode
-	AllowBarePods      bool
-	MinPodAge          time.Duration
+	Action        Action
+	DryRun        bool
+	Gate          GateMode
+	AllowBarePods bool
+	MinPodAge     time.Duration
+	// SandboxSlack is signal C's tolerance (see Detector.SandboxSlack).
+	SandboxSlack       time.Duration
 	InitContainerNames []string
 	InitExitCode       int32
 
@@ -111,6 +114,7 @@ func DefaultConfig() Config {
 		Action:                     DefaultAction,
 		Gate:                       DefaultGate,
 		MinPodAge:                  DefaultMinPodAge,
+		SandboxSlack:               DefaultSandboxSlack,
 		InitContainerNames:         append([]string(nil), DefaultInitContainerNames...),
 		InitExitCode:               annotations.InitCheckExitCode,
 		InjectedPodSelector:        DefaultInjectedPodSelector,
@@ -146,6 +150,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MinPodAge < 0 {
 		return fmt.Errorf("--min-pod-age: %s is negative", c.MinPodAge)
+	}
+	if c.SandboxSlack < time.Second {
+		// Both times have second precision: less would judge a pod by
+		// the rounding of its clocks.
+		return fmt.Errorf("--sandbox-slack: %s is less than 1s", c.SandboxSlack)
 	}
 	if len(c.InitContainerNames) == 0 {
 		return fmt.Errorf("--init-container-name: at least one name is required")
@@ -208,5 +217,5 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) detector() Detector {
-	return Detector{InitContainerNames: c.InitContainerNames, InitExitCode: c.InitExitCode, MinPodAge: c.MinPodAge}
+	return Detector{InitContainerNames: c.InitContainerNames, InitExitCode: c.InitExitCode, MinPodAge: c.MinPodAge, SandboxSlack: c.SandboxSlack}
 }

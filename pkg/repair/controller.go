@@ -120,6 +120,11 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 	}
 	c.gate = NewGate(cfg.Gate, c.nodes, cniIndex, time.Now())
 	metrics.initCounters(cfg)
+	dryRunLabels := false
+	if g, ok := c.gate.(*nodeLabelGate); ok && cfg.DryRun && cfg.NodeReadiness && cniIndex != nil {
+		g.wouldLabel = &cniPodGate{pods: cniIndex}
+		dryRunLabels = true
+	}
 	metrics.registerBreaker(c.breaker)
 	metrics.stateCollector.brokenCounts = c.brokenCounts
 	metrics.stateCollector.nodeCounts = c.nodeCounts
@@ -148,7 +153,7 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 	}); err != nil {
 		return nil, err
 	}
-	if inf.CNIPods != nil && cfg.Gate == GateCNIPod {
+	if inf.CNIPods != nil && (cfg.Gate == GateCNIPod || dryRunLabels) {
 		if _, err := inf.CNIPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.cniPodChanged,
 			UpdateFunc: func(_, obj interface{}) { c.cniPodChanged(obj) },
@@ -420,7 +425,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	broken, total := 0, 0
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
-		if !ok || !countedByBreaker(p) {
+		if !ok || !c.countedByBreaker(p) {
 			continue
 		}
 		t, ok := SandboxTime(p)
@@ -465,12 +470,11 @@ func (c *Controller) recheckBreakers(ctx context.Context) {
 	}
 }
 
-func countedByBreaker(p *corev1.Pod) bool {
-	if !annotations.IsRepairCandidate(p.Labels, p.Annotations) || p.DeletionTimestamp != nil || p.Spec.HostNetwork || IsMirrorPod(p) {
-		return false
-	}
-	s, _ := annotations.TProxyStatus(p.Annotations)
-	return s == annotations.TProxyStatusEnabled || s == annotations.TProxyStatusWaiting || annotations.IsComplete(s)
+// countedByBreaker: the pods a node's breaker judges are those a signal can
+// judge (Examinable), except finished ones.
+func (c *Controller) countedByBreaker(p *corev1.Pod) bool {
+	ok, _ := Examinable(p)
+	return ok && !c.detector.Finished(p)
 }
 
 // act performs the configured action (or its dry run) once.

@@ -745,6 +745,7 @@ func TestStateMetrics(t *testing.T) {
 	h.addPod(brokenB())
 	h.addPod(mkPod(sandboxAt(-time.Hour)))
 	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour)))
+	h.addPod(mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Hour)))
 	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour), inNamespace("quiet")))
 	// not a transparent-proxy pod: its namespace is not reported
 	h.addPod(mkPod(withoutAnnotation(annotations.KeyTransparentProxyStatus), sandboxAt(-time.Hour), inNamespace("plain")))
@@ -752,8 +753,10 @@ func TestStateMetrics(t *testing.T) {
 # HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.
 # TYPE consul_cni_repair_broken_pods gauge
 consul_cni_repair_broken_pods{namespace="app",reason="init_check_failed"} 1
+consul_cni_repair_broken_pods{namespace="app",reason="sandbox_recreated"} 1
 consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 1
 consul_cni_repair_broken_pods{namespace="quiet",reason="init_check_failed"} 0
+consul_cni_repair_broken_pods{namespace="quiet",reason="sandbox_recreated"} 0
 consul_cni_repair_broken_pods{namespace="quiet",reason="tproxy_status_stuck"} 0
 # HELP consul_cni_repair_nodes Nodes by CNI readiness as the configured gate sees it.
 # TYPE consul_cni_repair_nodes gauge
@@ -801,6 +804,7 @@ func TestConfigValidate(t *testing.T) {
 		"taint key":     func(c *Config) { c.StartupTaintKey = "" },
 		"taint effect":  func(c *Config) { c.StartupTaintEffect = "Sometimes" },
 		"backoff order": func(c *Config) { c.BackoffMax = time.Millisecond },
+		"sandbox slack": func(c *Config) { c.SandboxSlack = 500 * time.Millisecond },
 	} {
 		c := DefaultConfig()
 		mut(&c)
@@ -813,5 +817,185 @@ func TestConfigValidate(t *testing.T) {
 	c := DefaultConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// The breaker judges pods by their latest sandbox: pods first started
+// before the CNI became ready whose sandbox was recreated since, and are
+// broken, count against it.
+func TestBreakerCountsLatestSandboxes(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; i < 3; i++ {
+		keys = append(keys, h.addPod(brokenB(startedApp(-5*time.Minute))))
+	}
+	for _, k := range keys {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(h.mutations()); n != 0 {
+		t.Fatalf("breaker did not count the recreated sandboxes: %d actions", n)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+		t.Fatalf("open nodes gauge = %v", got)
+	}
+}
+
+// Finished pods (Succeeded, or Failed for another reason than the check) are
+// neither acted on nor counted by the breaker nor by broken_pods.
+func TestFinishedPodsAreNeverBroken(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Gate = GateCNIPod
+		c.BreakerMinPods = 3
+		c.BreakerThreshold = 0.5
+		c.AllowBarePods = true
+	})
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	finished := []*corev1.Pod{
+		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodSucceeded)),
+		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodSucceeded), bare()),
+		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodFailed)),
+		mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-30*time.Second), inPhase(corev1.PodFailed)),
+	}
+	var keys []string
+	for _, p := range finished {
+		keys = append(keys, h.addPod(p))
+	}
+	broken := h.addPod(brokenB())
+	for _, k := range append(keys, broken) {
+		if err := h.sync(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts := h.mutations()
+	if len(acts) != 1 || acts[0].GetSubresource() != "eviction" {
+		t.Fatalf("want only the check-failed pod evicted, got %v", acts)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 0 {
+		t.Fatalf("finished pods opened the breaker: gauge = %v", got)
+	}
+	const want = `
+# HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.
+# TYPE consul_cni_repair_broken_pods gauge
+consul_cni_repair_broken_pods{namespace="app",reason="init_check_failed"} 1
+consul_cni_repair_broken_pods{namespace="app",reason="sandbox_recreated"} 0
+consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 0
+`
+	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), MetricsPrefix+"broken_pods"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A complete pod whose sandbox was recreated after cni-applied-at is evicted
+// with its own reason, Event text and metric label.
+func TestSandboxRecreatedIsRepaired(t *testing.T) {
+	h := newHarness(t, nil)
+	h.addNode(readyNode("n1"))
+	key := h.addPod(mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Minute)))
+	if err := h.sync(key); err != nil {
+		t.Fatal(err)
+	}
+	if acts := h.mutations(); len(acts) != 1 || acts[0].GetSubresource() != "eviction" {
+		t.Fatalf("want one eviction, got %v", acts)
+	}
+	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonSandboxRecreated, "false"); got != 1 {
+		t.Fatalf("repaired{reason=sandbox_recreated} = %v", got)
+	}
+	ev := h.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], "sandbox was recreated") || !strings.Contains(ev[0], annotations.KeyCNIAppliedAt) {
+		t.Fatalf("events: %q", ev)
+	}
+}
+
+// The node-label gate dates readiness by the node's cni-ready-since
+// annotation, so the breaker's baseline is the same in every process that
+// reads it (a restart, a failover): pods whose sandbox is newer than it and
+// that are broken open the breaker in each of them.
+func TestBreakerBaselineSurvivesRestart(t *testing.T) {
+	node := readyNode("n1")
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0.Add(-10 * time.Minute))}
+	for _, process := range []string{"first", "restarted"} {
+		t.Run(process, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+			h.addNode(node)
+			if open, since := h.c.gate.Open("n1"); !open || !since.Equal(t0.Add(-10*time.Minute)) {
+				t.Fatalf("gate: open %v since %s, want since the annotation", open, since)
+			}
+			var keys []string
+			for i := 0; i < 3; i++ {
+				keys = append(keys, h.addPod(brokenB(func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = at(-5 * time.Minute) })))
+			}
+			for _, k := range keys {
+				if err := h.sync(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(h.mutations()); n != 0 {
+				t.Fatalf("%d actions: the breaker did not count pods newer than the persisted baseline", n)
+			}
+			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+				t.Fatalf("open nodes gauge = %v", got)
+			}
+		})
+	}
+}
+
+// What the node-readiness controller writes is what the gate reads back.
+func TestReadySinceRoundTrip(t *testing.T) {
+	nr := newNRHarness(t, nil, newNode(nil), cniPod("n1", true, -time.Second))
+	nr.n.now = func() time.Time { return t0.Add(-7 * time.Minute) }
+	if err := nr.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, nil)
+	h.addNode(nr.node())
+	if open, since := h.c.gate.Open("n1"); !open || !since.Equal(t0.Add(-7*time.Minute)) {
+		t.Fatalf("gate: open %v since %s", open, since)
+	}
+	// A value in the future (another clock) is never used as is.
+	future := nr.node()
+	future.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(time.Now().Add(time.Hour))
+	h = newHarness(t, nil)
+	h.addNode(future)
+	if _, since := h.c.gate.Open("n1"); since.After(time.Now()) {
+		t.Fatalf("since %s is in the future", since)
+	}
+}
+
+// In a dry run node readiness labels nothing, so the node-label gate also
+// opens where it would have labelled the node (a Ready CNI pod on it):
+// the audit still reports the pods it would repair.
+func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DryRun = true })
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"n1", "n2"} {
+		if err := h.sync(h.addPod(brokenB(onNode(node)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := h.events()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventWouldRepair) {
+		t.Fatalf("events %q: want one WouldRepair (n1)", evs)
+	}
+	if got := skipped(h.metrics, SkipGateClosed); got != 1 {
+		t.Fatalf("gate_closed = %v (n2 has no Ready CNI pod)", got)
+	}
+	if m := h.mutations(); len(m) != 0 {
+		t.Fatalf("dry run mutated: %v", m)
 	}
 }

@@ -22,10 +22,14 @@ const (
 	// ReasonInitCheckFailed is signal B: the annotation-check init container
 	// terminated with the init-check exit code.
 	ReasonInitCheckFailed Reason = "init_check_failed"
+	// ReasonSandboxRecreated is signal C: the status says complete, but the
+	// pod's current sandbox was made after the plugin applied the rules
+	// (cni-applied-at), so the rules were applied to an earlier sandbox.
+	ReasonSandboxRecreated Reason = "sandbox_recreated"
 )
 
 // AllReasons lists every Reason, in a fixed order (metrics).
-var AllReasons = []Reason{ReasonTProxyStatusStuck, ReasonInitCheckFailed}
+var AllReasons = []Reason{ReasonTProxyStatusStuck, ReasonInitCheckFailed, ReasonSandboxRecreated}
 
 // Detector decides whether a pod bypassed the CNI plugin. It is a pure
 // function of the pod and the time, so it is cheap and table-testable.
@@ -38,6 +42,10 @@ type Detector struct {
 	// MinPodAge is how long signal A's condition must hold before the pod
 	// counts as broken.
 	MinPodAge time.Duration
+	// SandboxSlack (signal C) is how much later than cni-applied-at the
+	// current sandbox's PodReadyToStartContainers transition may be and
+	// still be the sandbox the rules were applied to.
+	SandboxSlack time.Duration
 }
 
 // Verdict is the result of Detect.
@@ -45,7 +53,8 @@ type Verdict struct {
 	Broken bool
 	Reason Reason
 	// Since is when the pod became broken by our definition (signal B: the
-	// check's finish time; signal A: sandbox time + MinPodAge).
+	// check's finish time; signal A: sandbox time + MinPodAge; signal C:
+	// the current sandbox's time).
 	Since time.Time
 	// Detail is a short human explanation of the signal (Events, logs).
 	Detail string
@@ -59,8 +68,10 @@ type Verdict struct {
 
 // Examinable reports whether the pod is one that can ever be broken: a repair
 // candidate that is not being deleted, not a mirror/static pod, not on the
-// host network and whose status says redirection is still pending. The
-// string says why not.
+// host network, not Succeeded, and whose status is one a signal judges
+// (enabled/waiting: signals A and B; complete: signal C). A Failed pod is
+// examinable here; Detect judges it by signal B only. The string says why
+// not.
 func Examinable(pod *corev1.Pod) (bool, string) {
 	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
 		if !annotations.IsInjected(pod.Labels, pod.Annotations) {
@@ -78,13 +89,15 @@ func Examinable(pod *corev1.Pod) (bool, string) {
 		// The CNI plugin is never called for host-network pods.
 		return false, "host network"
 	}
-	status, _ := annotations.TProxyStatus(pod.Annotations)
-	switch status {
-	case annotations.TProxyStatusEnabled, annotations.TProxyStatusWaiting:
-		return true, ""
+	if pod.Status.Phase == corev1.PodSucceeded {
+		// Its containers are done: nothing runs outside the mesh, and
+		// acting would only lose its logs.
+		return false, "pod succeeded"
 	}
-	if annotations.IsComplete(status) {
-		return false, "redirection complete"
+	status, _ := annotations.TProxyStatus(pod.Annotations)
+	switch {
+	case status == annotations.TProxyStatusEnabled, status == annotations.TProxyStatusWaiting, annotations.IsComplete(status):
+		return true, ""
 	}
 	return false, fmt.Sprintf("transparent-proxy-status %q", status)
 }
@@ -102,15 +115,42 @@ func IsMirrorPod(pod *corev1.Pod) bool {
 	return false
 }
 
-// Detect applies signals B then A to pod at time now.
+// Detect applies signals B then A to a pod whose status is enabled/waiting,
+// and signal C to one whose status is complete, at time now. A Failed pod is
+// broken only by signal B: it failed for another reason (an eviction by the
+// kubelet, its own containers), runs nothing and its owner replaces it.
 func (d Detector) Detect(pod *corev1.Pod, now time.Time) Verdict {
 	if ok, why := Examinable(pod); !ok {
 		return Verdict{Ignored: why}
 	}
+	status, _ := annotations.TProxyStatus(pod.Annotations)
+	if annotations.IsComplete(status) {
+		if pod.Status.Phase == corev1.PodFailed {
+			return Verdict{Ignored: "pod failed, redirection complete"}
+		}
+		return d.signalC(pod, status)
+	}
 	if v, ok := d.signalB(pod, now); ok {
 		return v
 	}
+	if pod.Status.Phase == corev1.PodFailed {
+		return Verdict{Ignored: "pod failed, not by the check"}
+	}
 	return d.signalA(pod, now)
+}
+
+// Finished reports whether the pod is done and never counted as broken:
+// Succeeded, or Failed for any reason other than signal B.
+func (d Detector) Finished(pod *corev1.Pod) bool {
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return true
+	case corev1.PodFailed:
+		_, failedCheck := d.signalB(pod, time.Time{})
+		s, _ := annotations.TProxyStatus(pod.Annotations)
+		return !failedCheck || annotations.IsComplete(s)
+	}
+	return false
 }
 
 // MatchesInitContainer reports whether a container name is one of names or
@@ -163,8 +203,8 @@ func (d Detector) signalB(pod *corev1.Pod, now time.Time) (Verdict, bool) {
 	return Verdict{}, false
 }
 
-// signalA: the status is still enabled/waiting although the sandbox exists,
-// for at least MinPodAge.
+// signalA: the status is still enabled/waiting although the latest sandbox
+// exists, for at least MinPodAge.
 func (d Detector) signalA(pod *corev1.Pod, now time.Time) Verdict {
 	sandbox, ok := SandboxTime(pod)
 	if !ok {
@@ -183,12 +223,71 @@ func (d Detector) signalA(pod *corev1.Pod, now time.Time) Verdict {
 	}
 }
 
-// SandboxTime returns when the pod's sandbox was created, as far as the API
-// shows it, and whether it exists at all: the PodReadyToStartContainers
-// condition, a pod IP, or any container that has started. The earliest
-// timestamp among those signals is used; a pod IP alone falls back to the
-// pod's start time, then its creation time.
+// signalC: the status is complete and says when the rules were applied
+// (cni-applied-at), but the current sandbox became ready later than that by
+// more than SandboxSlack: it was made (a node reboot, a sandbox that died)
+// after the rules were applied to an earlier one, and the chain that made it
+// did not run the plugin (it would have written a new time). Pods without
+// the annotation (older plugins) are never judged by it; a value that does
+// not parse is not trusted to act on.
+func (d Detector) signalC(pod *corev1.Pod, status string) Verdict {
+	raw, ok := pod.Annotations[annotations.KeyCNIAppliedAt]
+	if !ok {
+		return Verdict{Ignored: "redirection complete"}
+	}
+	applied, err := annotations.ParseTime(annotations.KeyCNIAppliedAt, raw)
+	if err != nil {
+		return Verdict{Ignored: "redirection complete; " + err.Error()}
+	}
+	sandbox, ok := readyToStartSince(pod)
+	if !ok || !sandbox.After(applied.Add(d.SandboxSlack)) {
+		return Verdict{Ignored: "redirection complete"}
+	}
+	return Verdict{
+		Broken: true,
+		Reason: ReasonSandboxRecreated,
+		Since:  sandbox,
+		Detail: fmt.Sprintf("its sandbox was recreated at %s without consul-cni: %s is %q but %s is %s, %s earlier",
+			annotations.FormatTime(sandbox), annotations.KeyTransparentProxyStatus, status,
+			annotations.KeyCNIAppliedAt, raw, sandbox.Sub(applied).Round(time.Second)),
+	}
+}
+
+// readyToStartSince returns the last transition of the pod's
+// PodReadyToStartContainers condition, when it says True: the time the
+// current sandbox was ready. Kubelet turns it False while a sandbox is being
+// recreated, so its True transition always dates the latest sandbox.
+func readyToStartSince(pod *corev1.Pod) (time.Time, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers {
+			if c.Status != corev1.ConditionTrue {
+				return time.Time{}, false
+			}
+			t := c.LastTransitionTime.Time
+			if t.IsZero() {
+				t = pod.CreationTimestamp.Time
+			}
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// SandboxTime returns when the pod's latest sandbox was created, as far as
+// the API shows it, and whether it exists at all. When the kubelet reports
+// the PodReadyToStartContainers condition (Kubernetes 1.29 and later), the
+// condition alone decides: True dates the latest sandbox by its last
+// transition, False means a sandbox is being set up (none exists yet, even
+// though the pod still shows the IP and containers of an earlier one).
+// Without the condition: a pod IP or any started container says a sandbox
+// exists, dated by the earliest container start, else the pod's start time,
+// else its creation time.
 func SandboxTime(pod *corev1.Pod) (time.Time, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers {
+			return readyToStartSince(pod)
+		}
+	}
 	var t time.Time
 	exists := false
 	earliest := func(c time.Time) {
@@ -197,12 +296,6 @@ func SandboxTime(pod *corev1.Pod) (time.Time, bool) {
 		}
 		if t.IsZero() || c.Before(t) {
 			t = c
-		}
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
-			exists = true
-			earliest(c.LastTransitionTime.Time)
 		}
 	}
 	started := func(list []corev1.ContainerStatus) {

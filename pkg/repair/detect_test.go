@@ -12,7 +12,8 @@ import (
 )
 
 func TestDetectMatrix(t *testing.T) {
-	d := Detector{InitContainerNames: DefaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second}
+	d := Detector{InitContainerNames: DefaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second, SandboxSlack: DefaultSandboxSlack}
+	slack := DefaultSandboxSlack
 	now := t0
 	yes := true
 	// A check init container that failed 5 s ago, its sandbox 10 s old:
@@ -98,7 +99,33 @@ func TestDetectMatrix(t *testing.T) {
 		{name: "B wins over A", pod: mkPod(sandboxAt(-time.Hour), failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
 		{name: "B: bare pods are detected too (the action decides)", pod: mkPod(bare(), young, failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonInitCheckFailed, since: t0.Add(-5 * time.Second)},
 
+		// --- finished pods: never broken unless the check failed them ---
+		{name: "Succeeded pod with status enabled (a finished Job)", pod: mkPod(sandboxAt(-time.Hour), inPhase(corev1.PodSucceeded))},
+		{name: "Succeeded pod whose sandbox was recreated", pod: mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Hour), inPhase(corev1.PodSucceeded))},
+		{name: "Failed pod (kubelet eviction) with status enabled", pod: mkPod(sandboxAt(-time.Hour), inPhase(corev1.PodFailed))},
+		{name: "Failed pod, check exited with another code", pod: mkPod(restartNever(), young, inPhase(corev1.PodFailed), initStatus(corev1.ContainerStatus{Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(1, -10*time.Second, -5*time.Second)}}))},
+		{name: "Failed pod with status complete and a recreated sandbox", pod: mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Hour), inPhase(corev1.PodFailed))},
+
+		// --- the latest sandbox decides (signal A) ---
+		{name: "A: waiting, new sandbox being set up, old IP and container starts kept", pod: mkPod(withStatus("waiting"), sandboxDown(-5*time.Second), startedApp(-time.Hour), func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.7" })},
+		{name: "A: latest sandbox 10s old, containers of the earlier one started 1h ago", pod: mkPod(withStatus("waiting"), sandboxAt(-10*time.Second), startedApp(-time.Hour)), recheck: t0.Add(20 * time.Second)},
+
+		// --- signal C: complete, cni-applied-at against the latest sandbox ---
+		{name: "C: complete without cni-applied-at (older plugin), sandbox recreated", pod: mkPod(withStatus("complete"), sandboxAt(-time.Minute), startedApp(-time.Hour))},
+		{name: "C: first sandbox ready right after the rules", pod: mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-time.Hour+time.Second))},
+		{name: "C: first sandbox ready exactly the slack after the rules", pod: mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-time.Hour+slack))},
+		{name: "C: sandbox ready before cni-applied-at (clock rounding)", pod: mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-time.Hour-time.Second))},
+		{name: "C: sandbox being recreated (condition False)", pod: mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxDown(-time.Second))},
+		{name: "C: no PodReadyToStartContainers condition", pod: mkPod(withStatus("complete"), appliedAt(-time.Hour), startedApp(-time.Minute))},
+		{name: "C: cni-applied-at does not parse", pod: mkPod(withStatus("complete"), withAnnotation(annotations.KeyCNIAppliedAt, "yesterday"), sandboxAt(-time.Minute))},
+		{name: "C: status enabled with an old cni-applied-at is judged by signal A", pod: mkPod(appliedAt(-2*time.Hour), sandboxAt(-10*time.Second)), recheck: t0.Add(20 * time.Second)},
+		{name: "C: sandbox recreated 1h after the rules", pod: mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Hour)), broken: true, reason: ReasonSandboxRecreated, since: t0.Add(-time.Hour)},
+		{name: "C: completed spelling, sandbox just recreated", pod: mkPod(withStatus("completed"), appliedAt(-time.Hour), sandboxAt(0), startedApp(-time.Hour)), broken: true, reason: ReasonSandboxRecreated, since: t0},
+		{name: "C: sandbox ready one second beyond the slack", pod: mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-time.Hour+slack+time.Second)), broken: true, reason: ReasonSandboxRecreated, since: t0.Add(-time.Hour + slack + time.Second)},
+		{name: "C: check failed long ago, sandbox recreated", pod: mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Minute), failedCheck(annotations.InitContainerName)), broken: true, reason: ReasonSandboxRecreated, since: t0.Add(-time.Minute)},
+
 		// --- broken: signal A ---
+		{name: "A: enabled, latest sandbox 31s old, containers of an earlier one", pod: mkPod(sandboxAt(-31*time.Second), startedApp(-time.Hour)), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-time.Second)},
 		{name: "A: enabled, sandbox ready 31s ago", pod: mkPod(sandboxAt(-31 * time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-time.Second)},
 		{name: "A: waiting, sandbox exactly min age", pod: mkPod(withStatus("waiting"), sandboxAt(-30*time.Second)), broken: true, reason: ReasonTProxyStatusStuck, since: t0},
 		{name: "A: pod IP only, start time 1m ago", pod: mkPod(func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.9"; st := at(-time.Minute); p.Status.StartTime = &st }), broken: true, reason: ReasonTProxyStatusStuck, since: t0.Add(-30 * time.Second)},
@@ -226,14 +253,24 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 	if pc := c.(*corev1.Pod); pc.Annotations[annotations.KeyTransparentProxyStatus] != "complete" || pa.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
 		t.Error("different markers were shared")
 	}
-	// Unique values (mirror hashes) never grow the table without bound.
+	// Unique values (mirror hashes, cni-applied-at times) never enter the
+	// table: common marker sets seen after them are still shared.
+	interned.mu.Lock()
+	before := len(interned.m)
+	interned.mu.Unlock()
 	for i := 0; i < 3*maxInterned; i++ {
 		_, _ = SlimInjectedPod(mkPod(withAnnotation(annotations.KeyConfigMirror, time.Duration(i).String())))
+		_, _ = SlimInjectedPod(mkPod(withStatus("complete"), appliedAt(time.Duration(i)*time.Second)))
 	}
 	interned.mu.Lock()
 	n := len(interned.m)
 	interned.mu.Unlock()
-	if n > maxInterned {
-		t.Fatalf("intern table has %d entries", n)
+	if n > maxInterned || n != before {
+		t.Fatalf("intern table has %d entries, %d before the unique values", n, before)
+	}
+	d, _ := SlimInjectedPod(mkPod(withStatus("waiting")))
+	e, _ := SlimInjectedPod(mkPod(withStatus("waiting")))
+	if reflect.ValueOf(d.(*corev1.Pod).Annotations).UnsafePointer() != reflect.ValueOf(e.(*corev1.Pod).Annotations).UnsafePointer() {
+		t.Error("a common marker set seen after unique ones is not shared")
 	}
 }

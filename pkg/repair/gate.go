@@ -49,13 +49,20 @@ func NewGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer,
 }
 
 // nodeLabelGate: open when the node is labelled consul.hashicorp.com/cni=ready.
-// The label has no timestamp, so "since" is when this process first saw it
-// (Observe from the node informer's handlers), or start for nodes labelled
-// before this process ran.
+// "since" is the node's cni-ready-since annotation, written with the label
+// by the node-readiness controller, so a restart or a failover keeps it.
+// Without a valid one (a label set by someone else, a dry run) it is when
+// this process first saw the label (Observe from the node informer's
+// handlers), or start for nodes labelled before this process ran.
 type nodeLabelGate struct {
 	nodes corelisters.NodeLister
 	start time.Time
 	now   func() time.Time
+	// wouldLabel, in a dry run with node readiness, opens a node that is
+	// not labelled but that node readiness would have labelled (a Ready
+	// CNI pod on it): it writes no label then, and an audit that waits
+	// for one would never report anything.
+	wouldLabel *cniPodGate
 
 	mu    sync.Mutex
 	since map[string]time.Time
@@ -68,7 +75,10 @@ func (g *nodeLabelGate) Open(name string) (bool, time.Time) {
 	if err != nil {
 		return false, time.Time{}
 	}
-	return g.Observe(node, false)
+	if open, since := g.Observe(node, false); open || g.wouldLabel == nil {
+		return open, since
+	}
+	return g.wouldLabel.Open(name)
 }
 
 // Observe records the node's label state; initial is true for nodes of the
@@ -79,6 +89,13 @@ func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Tim
 	if !NodeLabelledReady(node) {
 		delete(g.since, node.Name)
 		return false, time.Time{}
+	}
+	if t, ok := NodeReadySince(node); ok {
+		if now := g.now(); t.After(now) {
+			t = now // another node's clock: never in the future
+		}
+		g.since[node.Name] = t
+		return true, t
 	}
 	t, ok := g.since[node.Name]
 	if !ok {
@@ -95,6 +112,17 @@ func (g *nodeLabelGate) Forget(name string) {
 	g.mu.Lock()
 	delete(g.since, name)
 	g.mu.Unlock()
+}
+
+// NodeReadySince returns the node's cni-ready-since annotation, when it
+// holds a valid time.
+func NodeReadySince(node *corev1.Node) (time.Time, bool) {
+	v, ok := node.Annotations[annotations.AnnotationCNIReadySince]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := annotations.ParseTime(annotations.AnnotationCNIReadySince, v)
+	return t, err == nil
 }
 
 // NodeLabelledReady reports whether node carries the CNI readiness label.

@@ -80,3 +80,31 @@ func initStatus(cs corev1.ContainerStatus) podOpt {
 func terminated(code int32, started, finished time.Duration) *corev1.ContainerStateTerminated {
 	return &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: at(started), FinishedAt: at(finished)}
 }
+
+// sandboxDown reports the PodReadyToStartContainers condition False since
+// t0+d (a sandbox is being set up), with a pod IP kept from an earlier one.
+func sandboxDown(d time.Duration) podOpt {
+	return func(p *corev1.Pod) {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse, LastTransitionTime: at(d),
+		})
+	}
+}
+
+// appliedAt sets cni-applied-at to t0+d.
+func appliedAt(d time.Duration) podOpt {
+	return withAnnotation(annotations.KeyCNIAppliedAt, annotations.FormatTime(t0.Add(d)))
+}
+
+// startedApp adds an app container running since t0+d.
+func startedApp(d time.Duration) podOpt {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(d)}},
+		})
+	}
+}
+
+func inPhase(phase corev1.PodPhase) podOpt {
+	return func(p *corev1.Pod) { p.Status.Phase = phase }
+}

@@ -25,6 +25,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -240,6 +241,13 @@ func (r *running) stop(t testing.TB) {
 // CNI namespace), with settings made for tests (short ages and back-off).
 func startController(t testing.TB, c *cluster.Cluster, ns string, mutate func(*repair.ManagerConfig)) *running {
 	t.Helper()
+	return startControllerWrapped(t, c, ns, mutate, nil)
+}
+
+// startControllerWrapped is startController with wrap (when not nil) around
+// the controller's API transport, to see every request it makes.
+func startControllerWrapped(t testing.TB, c *cluster.Cluster, ns string, mutate func(*repair.ManagerConfig), wrap transport.WrapperFunc) *running {
+	t.Helper()
 	cfg := repair.DefaultManagerConfig()
 	cfg.LeaseNamespace = ns
 	cfg.CNINamespace = ns
@@ -254,7 +262,11 @@ func startController(t testing.TB, c *cluster.Cluster, ns string, mutate func(*r
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	client, err := kubernetes.NewForConfig(controllerConfig(t, c, ns, cfg.Action))
+	rc := controllerConfig(t, c, ns, cfg.Action)
+	if wrap != nil {
+		rc.Wrap(wrap)
+	}
+	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

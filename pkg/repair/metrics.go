@@ -33,6 +33,9 @@ const (
 
 	DryRunTrue  = "true"
 	DryRunFalse = "false"
+	// ChangeReadySinceAdded: the ready-since annotation was added to a node
+	// already labelled ready (one labelled before it existed).
+	ChangeReadySinceAdded = "ready_since_added"
 )
 
 // Metric names (MetricsPrefix included) that alerts and the dashboard use.

@@ -32,6 +32,10 @@ const (
 	// EventCNINotReady (Warning, node): readiness label removed (and the
 	// startup taint re-added when asked).
 	EventCNINotReady = "CNINotReady"
+	// EventWouldMarkCNIReady and EventWouldMarkCNINotReady (Normal, node):
+	// dry run, the changes the two above would have made.
+	EventWouldMarkCNIReady    = "WouldMarkCNIReady"
+	EventWouldMarkCNINotReady = "WouldMarkCNINotReady"
 )
 
 // NodeReadiness labels a node consul.hashicorp.com/cni=ready and removes its
@@ -48,6 +52,11 @@ type NodeReadiness struct {
 	metrics  *Metrics
 	queue    workqueue.TypedRateLimitingInterface[string]
 	synced   []cache.InformerSynced
+	now      func() time.Time
+
+	mu sync.Mutex
+	// dryRun is the last change reported per node in dry run.
+	dryRun map[string]string
 }
 
 // NewNodeReadiness wires the node-readiness controller to the shared
@@ -67,6 +76,8 @@ func NewNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, r
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: metrics.Workqueue}),
 		synced: []cache.InformerSynced{inf.Nodes.HasSynced, inf.CNIPods.HasSynced},
+		now:    time.Now,
+		dryRun: map[string]string{},
 	}
 	if _, err := inf.CNIPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: n.enqueueCNIPod,
@@ -84,6 +95,7 @@ func NewNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, r
 			o, ok1 := old.(*corev1.Node)
 			c, ok2 := obj.(*corev1.Node)
 			if ok1 && ok2 && o.Labels[annotations.LabelCNIReady] == c.Labels[annotations.LabelCNIReady] &&
+				o.Annotations[annotations.AnnotationCNIReadySince] == c.Annotations[annotations.AnnotationCNIReadySince] &&
 				hasTaint(o.Spec.Taints, cfg.StartupTaintKey) == hasTaint(c.Spec.Taints, cfg.StartupTaintKey) {
 				return
 			}
@@ -161,7 +173,8 @@ type jsonOp struct {
 	Value interface{} `json:"value,omitempty"`
 }
 
-// sync brings one node's label and taint in line with its CNI pod.
+// sync brings one node's label, ready-since annotation and taint in line
+// with its CNI pod (or, in dry run, says what it would change).
 func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 	node, err := n.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -170,62 +183,112 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	labelPath := "/metadata/labels/" + jsonPointerEscape(annotations.LabelCNIReady)
 	cniPod := ReadyCNIPod(n.cniPods, name)
 	var ops []jsonOp
 	var changes []string
 	if cniPod != nil {
-		if !NodeLabelledReady(node) {
-			if node.Labels == nil {
-				// Adding the whole map replaces any labels the node has
-				// meanwhile: only on the version that has none.
-				ops = append(ops,
-					jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
-					jsonOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}})
-			} else {
-				ops = append(ops, jsonOp{Op: "add", Path: labelPath, Value: annotations.LabelCNIReadyValue})
-			}
-			changes = append(changes, ChangeLabelAdded)
-		}
-		if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
-			kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
-			for _, t := range node.Spec.Taints {
-				if t.Key != n.cfg.StartupTaintKey {
-					kept = append(kept, t)
-				}
-			}
-			ops = append(ops, jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints})
-			if len(kept) == 0 {
-				ops = append(ops, jsonOp{Op: "remove", Path: "/spec/taints"})
-			} else {
-				ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
-			}
-			changes = append(changes, ChangeTaintRemoved)
-		}
+		ops, changes = n.readyOps(node)
 	} else {
-		if NodeLabelledReady(node) {
-			ops = append(ops,
-				jsonOp{Op: "test", Path: labelPath, Value: annotations.LabelCNIReadyValue},
-				jsonOp{Op: "remove", Path: labelPath})
-			changes = append(changes, ChangeLabelRemoved)
-		}
-		if n.cfg.ReaddStartupTaint && !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
-			taint := corev1.Taint{Key: n.cfg.StartupTaintKey, Effect: n.cfg.StartupTaintEffect}
-			if len(node.Spec.Taints) == 0 {
-				ops = append(ops,
-					jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
-					jsonOp{Op: "add", Path: "/spec/taints", Value: []corev1.Taint{taint}})
-			} else {
-				ops = append(ops,
-					jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
-					jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
-			}
-			changes = append(changes, ChangeTaintAdded)
-		}
+		ops, changes = n.notReadyOps(node)
 	}
 	if len(ops) == 0 {
+		n.forgetDryRun(name)
 		return nil
 	}
+	if n.cfg.DryRun {
+		n.reportDryRun(ctx, node, cniPod, changes)
+		return nil
+	}
+	return n.patch(ctx, node, cniPod, ops, changes)
+}
+
+// readyOps: label the node ready with its ready-since annotation (written
+// together, so the breaker's baseline is the label's own time; an existing
+// valid one is kept), backfill the annotation of a node labelled without
+// one, remove the startup taint.
+func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
+	var ops []jsonOp
+	var changes []string
+	if !NodeLabelledReady(node) {
+		ops = append(ops, addMapEntry(node, "labels", node.Labels, annotations.LabelCNIReady, annotations.LabelCNIReadyValue)...)
+		changes = append(changes, ChangeLabelAdded)
+	}
+	// An annotation kept while the label is missing means the label was
+	// removed by someone else while the CNI stayed ready (removing
+	// readiness here removes both): the baseline stands.
+	if _, ok := NodeReadySince(node); !ok {
+		since := annotations.FormatTime(n.now())
+		ops = append(ops, addMapEntry(node, "annotations", node.Annotations, annotations.AnnotationCNIReadySince, since)...)
+		if NodeLabelledReady(node) {
+			changes = append(changes, ChangeReadySinceAdded)
+		}
+	}
+	if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+		kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
+		for _, t := range node.Spec.Taints {
+			if t.Key != n.cfg.StartupTaintKey {
+				kept = append(kept, t)
+			}
+		}
+		ops = append(ops, jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints})
+		if len(kept) == 0 {
+			ops = append(ops, jsonOp{Op: "remove", Path: "/spec/taints"})
+		} else {
+			ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
+		}
+		changes = append(changes, ChangeTaintRemoved)
+	}
+	return ops, changes
+}
+
+// notReadyOps: remove the label and its ready-since annotation, re-add the
+// startup taint when asked.
+func (n *NodeReadiness) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
+	var ops []jsonOp
+	var changes []string
+	if NodeLabelledReady(node) {
+		labelPath := "/metadata/labels/" + jsonPointerEscape(annotations.LabelCNIReady)
+		ops = append(ops,
+			jsonOp{Op: "test", Path: labelPath, Value: annotations.LabelCNIReadyValue},
+			jsonOp{Op: "remove", Path: labelPath})
+		changes = append(changes, ChangeLabelRemoved)
+	}
+	if v, ok := node.Annotations[annotations.AnnotationCNIReadySince]; ok {
+		path := "/metadata/annotations/" + jsonPointerEscape(annotations.AnnotationCNIReadySince)
+		ops = append(ops, jsonOp{Op: "test", Path: path, Value: v}, jsonOp{Op: "remove", Path: path})
+	}
+	if n.cfg.ReaddStartupTaint && !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+		taint := corev1.Taint{Key: n.cfg.StartupTaintKey, Effect: n.cfg.StartupTaintEffect}
+		if len(node.Spec.Taints) == 0 {
+			ops = append(ops,
+				jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+				jsonOp{Op: "add", Path: "/spec/taints", Value: []corev1.Taint{taint}})
+		} else {
+			ops = append(ops,
+				jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
+				jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
+		}
+		changes = append(changes, ChangeTaintAdded)
+	}
+	return ops, changes
+}
+
+// addMapEntry returns the ops that set key=value in the node's labels or
+// annotations (field). Adding the whole map when the node has none would
+// replace any the node got meanwhile: only on the version that has none.
+func addMapEntry(node *corev1.Node, field string, m map[string]string, key, value string) []jsonOp {
+	if m == nil {
+		return []jsonOp{
+			{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+			{Op: "add", Path: "/metadata/" + field, Value: map[string]string{key: value}},
+		}
+	}
+	return []jsonOp{{Op: "add", Path: "/metadata/" + field + "/" + jsonPointerEscape(key), Value: value}}
+}
+
+// patch sends the JSON patch and reports it (metrics, log, Event).
+func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, ops []jsonOp, changes []string) error {
+	name := node.Name
 	patch, err := json.Marshal(ops)
 	if err != nil {
 		return err
@@ -259,6 +322,40 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 			"No Ready CNI pod (%s in %s) on this node: %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)
 	}
 	return nil
+}
+
+// reportDryRun logs and announces (Normal Event) the changes a patch would
+// make, once per node and decision: the node does not change, so without
+// this every update of its CNI pod would repeat it.
+func (n *NodeReadiness) reportDryRun(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, changes []string) {
+	desc := strings.Join(changes, ", ")
+	if desc == "" {
+		return // only a backfill of the ready-since annotation
+	}
+	n.mu.Lock()
+	same := n.dryRun[node.Name] == desc
+	n.dryRun[node.Name] = desc
+	n.mu.Unlock()
+	if same {
+		return
+	}
+	logger := klog.FromContext(ctx).WithValues("node", node.Name, "changes", changes)
+	if cniPod != nil {
+		logger.Info("Dry run: would mark node CNI ready", "cniPod", klog.KObj(cniPod))
+		n.recorder.Eventf(node, corev1.EventTypeNormal, EventWouldMarkCNIReady,
+			"Dry run: CNI pod %s/%s is Ready: would make %s (%s=%s, startup taint %s)", cniPod.Namespace, cniPod.Name, desc,
+			annotations.LabelCNIReady, annotations.LabelCNIReadyValue, n.cfg.StartupTaintKey)
+		return
+	}
+	logger.Info("Dry run: would mark node CNI not ready")
+	n.recorder.Eventf(node, corev1.EventTypeNormal, EventWouldMarkCNINotReady,
+		"Dry run: no Ready CNI pod (%s in %s) on this node: would make %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)
+}
+
+func (n *NodeReadiness) forgetDryRun(name string) {
+	n.mu.Lock()
+	delete(n.dryRun, name)
+	n.mu.Unlock()
 }
 
 func hasTaint(taints []corev1.Taint, key string) bool {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -134,7 +135,9 @@ func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
 }
 
 func TestNodeReadyIsIdempotent(t *testing.T) {
-	h := newNRHarness(t, nil, newNode(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint), cniPod("n1", true, -time.Second))
+	node := newNode(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint)
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T11:00:00Z"}
+	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -252,5 +255,101 @@ func TestNodeReadinessIgnoresTerminatingCNIPod(t *testing.T) {
 	}
 	if h.patches() != 0 {
 		t.Fatal("acted on a terminating CNI pod")
+	}
+}
+
+// In dry run the node-readiness controller patches nothing: it logs and
+// emits one Normal Event per decision.
+func TestNodeReadinessDryRunMutatesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		node   *corev1.Node
+		cni    *corev1.Pod
+		reason string
+	}{
+		{"ready", newNode(map[string]string{"a": "b"}, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second), EventWouldMarkCNIReady},
+		{"not ready", newNode(map[string]string{annotations.LabelCNIReady: "ready"}), nil, EventWouldMarkCNINotReady},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newNRHarness(t, func(c *Config) { c.DryRun = true; c.ReaddStartupTaint = true }, tc.node, tc.cni)
+			for i := 0; i < 2; i++ {
+				if err := h.n.sync(context.Background(), "n1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, a := range h.client.Actions() {
+				if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+					t.Errorf("dry run made a %s call on %s", v, a.GetResource().Resource)
+				}
+			}
+			var events []string
+			for len(h.recorder.Events) > 0 {
+				events = append(events, <-h.recorder.Events)
+			}
+			if len(events) != 1 || !strings.HasPrefix(events[0], "Normal "+tc.reason+" Dry run") {
+				t.Fatalf("events %q, want one Normal %s", events, tc.reason)
+			}
+			if n := h.node(); !equality.Semantic.DeepEqual(n.Labels, tc.node.Labels) || !equality.Semantic.DeepEqual(n.Spec.Taints, tc.node.Spec.Taints) || n.Annotations != nil {
+				t.Fatalf("node changed: %+v", n)
+			}
+		})
+	}
+}
+
+// The label and the ready-since annotation are written in one patch; other
+// annotations are kept; a node without annotations gets the map.
+func TestNodeReadyWritesReadySince(t *testing.T) {
+	for name, ann := range map[string]map[string]string{"no annotations": nil, "other annotations": {"example.com/x": "y"}} {
+		t.Run(name, func(t *testing.T) {
+			node := newNode(map[string]string{"a": "b"})
+			node.Annotations = ann
+			h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
+			h.n.now = func() time.Time { return t0.Add(1500 * time.Millisecond) }
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			n := h.node()
+			if h.patches() != 1 || n.Labels[annotations.LabelCNIReady] != "ready" || n.Annotations[annotations.AnnotationCNIReadySince] != "2026-11-30T12:00:01Z" {
+				t.Fatalf("%d patches, labels %v annotations %v", h.patches(), n.Labels, n.Annotations)
+			}
+			if ann != nil && n.Annotations["example.com/x"] != "y" {
+				t.Fatalf("other annotations lost: %v", n.Annotations)
+			}
+		})
+	}
+}
+
+// A node labelled ready without the annotation (by an older version) gets it
+// added; a valid annotation is kept when the label is re-added; readiness
+// lost removes both.
+func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
+	h := newNRHarness(t, nil, newNode(map[string]string{annotations.LabelCNIReady: "ready"}), cniPod("n1", true, -time.Second))
+	h.n.now = func() time.Time { return t0 }
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.node(); n.Annotations[annotations.AnnotationCNIReadySince] != annotations.FormatTime(t0) || changes(h.metrics, ChangeReadySinceAdded, ResultSuccess) != 1 {
+		t.Fatalf("not backfilled: %v", n.Annotations)
+	}
+
+	node := newNode(map[string]string{"a": "b"})
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T10:00:00Z"}
+	h = newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
+	h.n.now = func() time.Time { return t0 }
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.node(); n.Labels[annotations.LabelCNIReady] != "ready" || n.Annotations[annotations.AnnotationCNIReadySince] != "2026-11-30T10:00:00Z" {
+		t.Fatalf("label %v, baseline %v: want the label back and the baseline kept", n.Labels, n.Annotations)
+	}
+
+	node = newNode(map[string]string{annotations.LabelCNIReady: "ready"})
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T10:00:00Z", "example.com/x": "y"}
+	h = newNRHarness(t, nil, node, nil)
+	if err := h.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.node(); n.Labels[annotations.LabelCNIReady] != "" || len(n.Annotations) != 1 || n.Annotations["example.com/x"] != "y" {
+		t.Fatalf("not ready: labels %v annotations %v", n.Labels, n.Annotations)
 	}
 }

@@ -16,6 +16,7 @@ var keptPodAnnotations = []string{
 	annotations.KeyMeshInjectStatus,
 	annotations.KeyTransparentProxyStatus,
 	annotations.KeyConfigMirror,
+	annotations.KeyCNIAppliedAt,
 }
 
 // keptPodLabels are the only labels the controller reads.
@@ -168,12 +169,21 @@ func SlimCNIPod(obj interface{}) (interface{}, error) {
 	return out, nil
 }
 
-// SlimNode keeps a node's name, UID, resourceVersion, labels and taints (the
-// taints whole: the readiness patch tests them for equality).
+// SlimNode keeps a node's name, UID, resourceVersion, labels, taints (the
+// taints whole: the readiness patch tests them for equality) and of its
+// annotations only the ready-since one (in a map that is nil only when the
+// node has no annotations: the readiness patch adds the whole map then).
 func SlimNode(obj interface{}) (interface{}, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
+	}
+	var ann map[string]string
+	if node.Annotations != nil {
+		ann = map[string]string{}
+		if v, ok := node.Annotations[annotations.AnnotationCNIReadySince]; ok {
+			ann[annotations.AnnotationCNIReadySince] = v
+		}
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -183,10 +193,16 @@ func SlimNode(obj interface{}) (interface{}, error) {
 			CreationTimestamp: node.CreationTimestamp,
 			DeletionTimestamp: node.DeletionTimestamp,
 			Labels:            node.Labels,
+			Annotations:       ann,
 		},
 		Spec: corev1.NodeSpec{Taints: node.Spec.Taints},
 	}, nil
 }
+
+// uniqueAnnotations have a value of their own on almost every pod (a time,
+// a hash): a map holding one is never shared, and never fills the intern
+// table in place of the common marker sets.
+var uniqueAnnotations = map[string]bool{annotations.KeyCNIAppliedAt: true, annotations.KeyConfigMirror: true}
 
 // keep returns the entries of m under keys, as a shared (interned) map when
 // the same entries were seen before: almost every injected pod carries the
@@ -195,20 +211,22 @@ func SlimNode(obj interface{}) (interface{}, error) {
 func keep(m map[string]string, keys []string) map[string]string {
 	var out map[string]string
 	var id strings.Builder
+	unique := false
 	for _, k := range keys {
 		if v, ok := m[k]; ok {
 			if out == nil {
 				out = make(map[string]string, len(keys))
 			}
 			out[k] = v
+			unique = unique || uniqueAnnotations[k]
 			id.WriteString(k)
 			id.WriteByte(0)
 			id.WriteString(v)
 			id.WriteByte(0)
 		}
 	}
-	if out == nil {
-		return nil
+	if out == nil || unique {
+		return out
 	}
 	return interned.get(id.String(), out)
 }

@@ -298,6 +298,10 @@ func TestStatusEnabledWaitingComplete(t *testing.T) {
 	if got.Annotations[annotations.KeyRedirectTrafficConfig] != defaultConfig || got.Labels[annotations.KeyInjectStatus] != "injected" {
 		t.Errorf("pod changed beyond the status: %v %v", got.Labels, got.Annotations)
 	}
+	// With complete, the time the rules were applied.
+	if _, err := annotations.ParseTime(annotations.KeyCNIAppliedAt, got.Annotations[annotations.KeyCNIAppliedAt]); err != nil {
+		t.Errorf("status complete without a valid %s: %v", annotations.KeyCNIAppliedAt, err)
+	}
 }
 
 // TestDualStackThroughTheAPI: a pod whose annotations (read from the real

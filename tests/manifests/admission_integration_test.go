@@ -121,6 +121,8 @@ func TestInstallerAdmissionPolicyEnforced(t *testing.T) {
 	status := func(v string) string {
 		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotations.KeyTransparentProxyStatus, v)
 	}
+	complete := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete,
+		annotations.KeyCNIAppliedAt, annotations.FormatTime(time.Now()))
 	// The policy takes effect once the API server has loaded it.
 	eventually(t, 60*time.Second, "the policy refuses a label change", func() error {
 		if err := patch(onA, `{"metadata":{"labels":{"app":"evil"}}}`); !apierrors.IsForbidden(err) {
@@ -137,6 +139,8 @@ func TestInstallerAdmissionPolicyEnforced(t *testing.T) {
 		{"status waiting on own node", onA, status(annotations.TProxyStatusWaiting), true},
 		{"status complete on own node", onA, status(annotations.TProxyStatusComplete), true},
 		{"status complete on another node", onB, status(annotations.TProxyStatusComplete), false},
+		{"status complete with cni-applied-at on own node", onA, complete, true},
+		{"status complete with cni-applied-at on another node", onB, complete, false},
 		{"another annotation", onA, `{"metadata":{"annotations":{"example.com/x":"y"}}}`, false},
 		{"remove an annotation", onA, fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, annotations.KeyInjectStatus), false},
 		{"label", onA, `{"metadata":{"labels":{"app":"evil"}}}`, false},

@@ -26,7 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// TestApplyOnSimulatedNode is `kubectl apply -k manifests/overlays/audit` on
+// TestApplyOnSimulatedNode is `kubectl apply -k manifests` (the base: the
+// audit overlay marks no node ready) on
 // a cluster with one simulated node that registered with the startup taint:
 // the DaemonSet's pod runs the real installer (root, hostPath, its own
 // pod-bound token), its exec readiness probe passes once consul-cni is last
@@ -58,7 +59,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	})
 
 	// Apply everything but the Prometheus Operator kinds, for real.
-	objs := buildOverlay(t, "audit")
+	objs := buildOverlay(t, "base")
 	var applied []*unstructured.Unstructured
 	for _, o := range objs {
 		if gvkOf(o).Group == monitoringGroup {

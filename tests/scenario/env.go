@@ -110,7 +110,7 @@ func (e *Env) Supports(m Mode) error {
 	switch m {
 	case NoRepair:
 		return nil
-	case Repair, Prevention:
+	case Repair, Prevention, SandboxRecreated:
 		var missing []string
 		if e.Bins.Repair == "" {
 			missing = append(missing, "cmd/repair")

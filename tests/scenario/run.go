@@ -38,6 +38,10 @@ const (
 	NoRepair   Mode = "no-repair"
 	Repair     Mode = "repair"
 	Prevention Mode = "prevention"
+	// SandboxRecreated: meshed pods; one loses its sandbox while consul-cni
+	// is out of the chain (a node reboot), bypasses with its status still
+	// complete, and is replaced (not part of the demo).
+	SandboxRecreated Mode = "sandbox-recreated"
 )
 
 // Modes in the order the demo runs them.
@@ -68,6 +72,9 @@ type Config struct {
 	// more controller flags.
 	MinPodAge  time.Duration
 	RepairArgs []string
+	// SandboxSlack is the controller's --sandbox-slack in the
+	// sandbox-recreated run [5s].
+	SandboxSlack time.Duration
 	// Progress, when set, is called about once a second.
 	Progress func(Progress)
 }
@@ -93,6 +100,9 @@ func (c *Config) defaults() {
 	}
 	if c.MinPodAge == 0 {
 		c.MinPodAge = 10 * time.Second
+	}
+	if c.SandboxSlack == 0 {
+		c.SandboxSlack = 5 * time.Second
 	}
 }
 
@@ -137,10 +147,15 @@ type Result struct {
 	PodsSeen int `json:"pods_seen"`
 	// Control is the no-repair run's pod created after the plugin was
 	// chained (not counted above).
-	Control         *PodResult  `json:"control,omitempty"`
-	SecondsObserved float64     `json:"seconds_observed"`
-	Chain           string      `json:"chain"`
-	PodResults      []PodResult `json:"pod_results"`
+	Control *PodResult `json:"control,omitempty"`
+	// Recreated is the pod whose sandbox was recreated (sandbox-recreated
+	// run), and RecreatedActions the controller's successful repairs with
+	// reason sandbox_recreated.
+	Recreated        *PodResult  `json:"recreated,omitempty"`
+	RecreatedActions int         `json:"recreated_actions,omitempty"`
+	SecondsObserved  float64     `json:"seconds_observed"`
+	Chain            string      `json:"chain"`
+	PodResults       []PodResult `json:"pod_results"`
 }
 
 var (
@@ -176,19 +191,20 @@ type run struct {
 	cs    kubernetes.Interface
 	start time.Time
 
-	ns         string
-	node       *simnode.Node
-	root       string
-	release    func()
-	dir        string
-	controller *proc.Process
-	metrics    string
-	ds         bool
-	cniAt      time.Time
-	tr         *tracker
-	phase      string
-	live       []*podTrack
-	cleanups   []func()
+	ns                  string
+	node                *simnode.Node
+	root                string
+	release             func()
+	dir                 string
+	controller          *proc.Process
+	metrics             string
+	ds                  bool
+	dsNamespace, dsName string
+	cniAt               time.Time
+	tr                  *tracker
+	phase               string
+	live                []*podTrack
+	cleanups            []func()
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -245,6 +261,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 	}
 
+	if r.cfg.Mode == SandboxRecreated {
+		return r.runRecreated(ctx)
+	}
 	r.setPhase(fmt.Sprintf("deploying %d injected pods", r.cfg.Pods))
 	if err := r.deploy(ctx); err != nil {
 		return nil, err
@@ -283,17 +302,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
-		ok, err := r.chained()
-		if ok {
-			r.cniAt = time.Now()
-		}
-		r.tick(ctx)
-		return ok, err
-	}); err != nil {
-		return nil, fmt.Errorf("consul-cni never appeared in %s: %w%s", r.node.ConfDir(), err, r.installerLogs())
+	if err := r.waitChained(ctx); err != nil {
+		return nil, err
 	}
-	r.logf("consul-cni chained on %s: %s", r.node.Name(), r.chainString())
 	if r.cfg.Mode == NoRepair {
 		// A pod that lands now gets the plugin: it must be meshed, which
 		// shows that the others bypass because of when their sandbox was
@@ -303,9 +314,30 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		}
 	}
 
-	expectMeshed := r.cfg.Mode != NoRepair
+	return r.observe(ctx, r.cfg.Mode != NoRepair)
+}
+
+// waitChained waits until consul-cni is in the node's chain and records
+// when.
+func (r *run) waitChained(ctx context.Context) error {
+	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		ok, err := r.chained()
+		if ok {
+			r.cniAt = time.Now()
+		}
+		r.tick(ctx)
+		return ok, err
+	}); err != nil {
+		return fmt.Errorf("consul-cni never appeared in %s: %w%s", r.node.ConfDir(), err, r.installerLogs())
+	}
+	r.logf("consul-cni chained on %s: %s", r.node.Name(), r.chainString())
+	return nil
+}
+
+// observe watches the traffic for at least Observe after cniAt and, when
+// expectMeshed, until every pod has been meshed for Settle (or Timeout).
+func (r *run) observe(ctx context.Context, expectMeshed bool) (*Result, error) {
 	r.setPhase("observing traffic")
-	var res *Result
 	for {
 		live := r.tick(ctx)
 		now := time.Now()
@@ -313,15 +345,14 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		since := now.Sub(r.cniAt)
 		done := since >= r.cfg.Observe && (!expectMeshed || (allMeshed && now.Sub(at) >= r.cfg.Settle))
 		if done || since >= r.cfg.Observe+r.cfg.Timeout {
-			res = r.result(ctx, live, now)
-			break
+			res := r.result(ctx, live, now)
+			r.setPhase("done")
+			return res, nil
 		}
 		if err := r.wait(ctx, time.Second); err != nil {
 			return nil, err
 		}
 	}
-	r.setPhase("done")
-	return res, nil
 }
 
 func (r *run) setPhase(p string) {
@@ -542,6 +573,7 @@ func (r *run) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
 			}
 			ds.Spec.Template.Spec.NodeSelector[nodeLabel] = r.id
 			r.ds = true
+			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
 			r.defer_(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
 		}
 	}
@@ -673,6 +705,9 @@ func (r *run) startController(ctx context.Context) error {
 		"--health-probe-bind-address=0",
 		"--min-pod-age=" + r.cfg.MinPodAge.String(),
 	}
+	if r.cfg.Mode == SandboxRecreated {
+		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
+	}
 	args = append(args, r.cfg.RepairArgs...)
 	logFile := filepath.Join(r.dir, "repair.log")
 	f, err := os.Create(logFile)
@@ -743,7 +778,11 @@ func freePort() (int, error) {
 }
 
 // actions reads the controller's successful repairs from its metrics.
-func (r *run) actions() int {
+func (r *run) actions() int { return r.actionsFor("") }
+
+// actionsFor reads the controller's successful repairs with reason (any
+// reason when empty) from its metrics.
+func (r *run) actionsFor(reason string) int {
 	if r.metrics == "" {
 		return 0
 	}
@@ -762,6 +801,9 @@ func (r *run) actions() int {
 			continue
 		}
 		if !strings.Contains(l, `result="success"`) || !strings.Contains(l, `dry_run="false"`) {
+			continue
+		}
+		if reason != "" && !strings.Contains(l, `reason="`+reason+`"`) {
 			continue
 		}
 		if i := strings.LastIndexByte(l, ' '); i > 0 {

@@ -161,3 +161,32 @@ func TestRacePrevention(t *testing.T) {
 	t.Logf("node %s: label at %s, taint removed at %s; pods bound: %v", w.node,
 		w.labelled.Format(time.StampMilli), w.untainted.Format(time.StampMilli), w.scheduled)
 }
+
+// A meshed pod whose sandbox is made again without consul-cni (a node
+// reboot) bypasses the proxy with its status still complete; the
+// controller finds it by cni-applied-at (sandbox_recreated), replaces it,
+// and the replacement is meshed. The other pods are never touched.
+func TestSandboxRecreatedRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.SandboxRecreated, Pods: 2, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second})
+	v := res.Recreated
+	if v == nil {
+		t.Fatal("no record of the pod whose sandbox was recreated")
+	}
+	if v.Meshed == 0 || v.Bypass == 0 || !v.Deleted {
+		t.Fatalf("recreated pod %s: %d meshed, %d bypass results, deleted %v: want meshed, then bypassing, then replaced", v.Name, v.Meshed, v.Bypass, v.Deleted)
+	}
+	if v.ExternalConnections == 0 {
+		t.Errorf("recreated pod %s (%s): the external service never saw it bypass", v.Name, v.IP)
+	}
+	if res.RecreatedActions != 1 {
+		t.Fatalf("repairs with reason sandbox_recreated = %d, want 1", res.RecreatedActions)
+	}
+	if res.EverBypassed != 1 || res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("ever bypassed %d, bypassing at end %d, all meshed %v", res.EverBypassed, res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	for _, p := range res.PodResults {
+		if p.UID != v.UID && (p.Bypass != 0 || p.Meshed == 0) {
+			t.Errorf("pod %s: %d meshed, %d bypass results", p.Name, p.Meshed, p.Bypass)
+		}
+	}
+}

@@ -462,6 +462,25 @@ func (n *Node) podChanged(obj any) {
 	w.update(pod)
 }
 
+// RecreateSandbox makes the pod with uid lose its sandbox as in a node
+// reboot: its containers stop, the sandbox is torn down and, on the pod's
+// next sync, created again with the node's network configuration of that
+// moment, and the containers start again. It fails when the node runs no
+// such pod.
+func (n *Node) RecreateSandbox(uid types.UID) error {
+	n.mu.Lock()
+	w := n.workers[uid]
+	n.mu.Unlock()
+	if w == nil {
+		return fmt.Errorf("node %s runs no pod with uid %s", n.cfg.Name, uid)
+	}
+	w.mu.Lock()
+	w.recreate = true
+	w.mu.Unlock()
+	w.poke()
+	return nil
+}
+
 func (n *Node) podGone(uid types.UID) {
 	n.mu.Lock()
 	w := n.workers[uid]

@@ -22,11 +22,12 @@ type podWorker struct {
 	n   *Node
 	uid types.UID
 
-	mu      sync.Mutex
-	latest  *corev1.Pod
-	removed bool // the pod is gone from the API
-	halt    bool // the node is stopping
-	wake    chan struct{}
+	mu       sync.Mutex
+	latest   *corev1.Pod
+	removed  bool // the pod is gone from the API
+	halt     bool // the node is stopping
+	recreate bool // RecreateSandbox asked for a new sandbox
+	wake     chan struct{}
 
 	// Owned by the run goroutine.
 	vols       *volumes
@@ -93,7 +94,8 @@ func (w *podWorker) run() {
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		pod, removed, halt := w.latest, w.removed, w.halt
+		pod, removed, halt, recreate := w.latest, w.removed, w.halt, w.recreate
+		w.recreate = false
 		w.mu.Unlock()
 		switch {
 		case halt:
@@ -106,6 +108,8 @@ func (w *podWorker) run() {
 			if w.terminate(pod) {
 				return
 			}
+		case recreate && !w.finished:
+			w.loseSandbox(pod)
 		default:
 			w.sync(pod)
 		}
@@ -163,6 +167,25 @@ func (w *podWorker) destroySandbox(pod *corev1.Pod) {
 		w.logf(pod, "%v", err)
 	}
 	w.sb = nil
+}
+
+// loseSandbox does to the pod what a node reboot does: its containers stop,
+// its sandbox is gone (torn down with the network configuration of this
+// moment) and the status says so (PodReadyToStartContainers False). The
+// next sync makes a new sandbox with the configuration of that moment and
+// runs the init containers again, then the others, as kubelet does for a
+// pod whose sandbox changed.
+func (w *podWorker) loseSandbox(pod *corev1.Pod) {
+	w.logf(pod, "sandbox lost")
+	w.stopAll(pod, w.gracePeriod(pod))
+	w.destroySandbox(pod)
+	w.initDone = false
+	for _, c := range w.init {
+		if !c.sidecar && c.last != nil {
+			c.prev, c.last = c.last, nil
+		}
+	}
+	w.writeStatus(w.n.ctx, pod)
 }
 
 // teardown stops everything without talking to the API (the pod is gone or

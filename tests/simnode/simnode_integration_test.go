@@ -556,3 +556,55 @@ func TestVolumesKubeconfigRunAsUserAndProbes(t *testing.T) {
 		t.Fatal("downward API file not refreshed")
 	}
 }
+
+func conditionTime(p *corev1.Pod, t corev1.PodConditionType) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// RecreateSandbox: the pod's containers stop, its sandbox (netns) goes and
+// a new one is made; the init containers run again, then the others; the
+// PodReadyToStartContainers condition dates the new sandbox.
+func TestRecreateSandbox(t *testing.T) {
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	n := simnode.StartForTest(t, c, r, nil)
+	ns := c.Namespace(t)
+	create(t, c.Client, ns, pod("web", n.Name(), []corev1.Container{prog("init", "exit", "--code=0")}, prog("proxy", "proxy")))
+	first := waitPod(t, c.Client, ns, "web", "Ready", func(p *corev1.Pod) bool { return condition(p, corev1.PodReady) == corev1.ConditionTrue })
+	oldNetns := netnsOfPod(t, first.Status.PodIP)
+	if oldNetns == "" {
+		t.Fatalf("no netns holds %s", first.Status.PodIP)
+	}
+	sandbox1 := conditionTime(first, corev1.PodReadyToStartContainers)
+	// Condition times have second precision: let one pass so the new
+	// sandbox's time is later.
+	time.Sleep(1100 * time.Millisecond)
+	if err := n.RecreateSandbox(first.UID); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RecreateSandbox("no-such-uid"); err == nil {
+		t.Fatal("RecreateSandbox of an unknown pod succeeded")
+	}
+	got := waitPod(t, c.Client, ns, "web", "Ready in a new sandbox", func(p *corev1.Pod) bool {
+		return condition(p, corev1.PodReady) == corev1.ConditionTrue && conditionTime(p, corev1.PodReadyToStartContainers).After(sandbox1)
+	})
+	if netnsExists(oldNetns) {
+		t.Fatalf("the old sandbox's netns %s is still there", oldNetns)
+	}
+	if netnsOfPod(t, got.Status.PodIP) == "" {
+		t.Fatalf("no netns holds the new IP %s", got.Status.PodIP)
+	}
+	is := got.Status.InitContainerStatuses[0]
+	if is.State.Terminated == nil || is.State.Terminated.ExitCode != 0 || !is.State.Terminated.StartedAt.After(sandbox1) {
+		t.Fatalf("init container did not run again: %+v", is.State)
+	}
+	cs := got.Status.ContainerStatuses[0]
+	if cs.State.Running == nil || cs.RestartCount != 1 {
+		t.Fatalf("proxy container: %+v restarts %d", cs.State, cs.RestartCount)
+	}
+}
