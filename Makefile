@@ -33,7 +33,8 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all version toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
-	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin
+	test-manifests test-manifests-integration lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin \
+	helm release-chart
 
 all: build
 
@@ -81,9 +82,22 @@ test-integration: deps kube-bins
 test-manifests: toolchain
 	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 ./...
 
-## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics
-test-manifests-integration: deps kube-bins
-	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 30m ./...
+## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
+## helm install/upgrade/uninstall of the chart on a simulated node
+test-manifests-integration: deps kube-bins helm
+	cd tests/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
+
+## helm: the Helm CLI pinned in tests/manifests/go.mod (tool directive), into bin/helm
+helm: toolchain
+	@mkdir -p $(BIN)
+	cd tests/manifests && CGO_ENABLED=0 $(GO) build -o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
+
+## release-chart: dist/consul-cni-repair-<version>.tgz, chart version and appVersion from hack/version.sh
+CHART_VERSION := $(patsubst v%,%,$(VERSION))
+release-chart: helm
+	@mkdir -p dist
+	$(BIN)/helm lint --strict charts/consul-cni-repair
+	$(BIN)/helm package charts/consul-cni-repair --version $(CHART_VERSION) --app-version $(VERSION) --destination dist
 
 lint: toolchain
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -129,7 +143,7 @@ demo: deps kube-bins
 	$(GO) run ./tests/cmd/demo
 
 clean: clean-testbin
-	rm -rf $(BIN) $(CACHE)/testbin
+	rm -rf $(BIN) $(CACHE)/testbin dist
 
 ## clean-testbin: where tests/testbin builds when this checkout is not reachable by other users
 clean-testbin:
