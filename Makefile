@@ -92,12 +92,14 @@ helm: toolchain
 	@mkdir -p $(BIN)
 	cd tests/manifests && CGO_ENABLED=0 $(GO) build -o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
 
-## release-chart: dist/consul-cni-repair-<version>.tgz, chart version and appVersion from hack/version.sh
+## release-chart: dist/consul-cni-repair-<version>.tgz; chart version VERSION without its "v", appVersion (the
+## images' default tag) VERSION as an image tag ("+" becomes "-", as the images are tagged)
 CHART_VERSION := $(patsubst v%,%,$(VERSION))
+CHART_APP_VERSION := $(subst +,-,$(VERSION))
 release-chart: helm
 	@mkdir -p dist
 	$(BIN)/helm lint --strict charts/consul-cni-repair
-	$(BIN)/helm package charts/consul-cni-repair --version $(CHART_VERSION) --app-version $(VERSION) --destination dist
+	$(BIN)/helm package charts/consul-cni-repair --version '$(CHART_VERSION)' --app-version '$(CHART_APP_VERSION)' --destination dist
 
 lint: toolchain
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
