@@ -90,7 +90,9 @@ test-manifests-integration: deps kube-bins helm
 ## helm: the Helm CLI pinned in tests/manifests/go.mod (tool directive), into bin/helm
 helm: toolchain
 	@mkdir -p $(BIN)
-	cd tests/manifests && CGO_ENABLED=0 $(GO) build -o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
+	cd tests/manifests && CGO_ENABLED=0 $(GO) build \
+		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4)" \
+		-o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
 
 ## release-chart: dist/consul-cni-repair-<version>.tgz; chart version VERSION without its "v", appVersion (the
 ## images' default tag) VERSION as an image tag ("+" becomes "-", as the images are tagged)
