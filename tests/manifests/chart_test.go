@@ -435,3 +435,22 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 }
+
+// TestChartPackage: `helm package` stores the linked files' contents, so
+// the packaged chart renders what the chart directory renders.
+func TestChartPackage(t *testing.T) {
+	pkg := action.NewPackage()
+	pkg.Destination = t.TempDir()
+	archive, err := pkg.Run(chartDir(t), nil)
+	if err != nil {
+		t.Fatalf("helm package: %v", err)
+	}
+	for name, p := range chartProfiles {
+		vals := chartValues(t, profileFiles(p))
+		fromArchive, err := helmTemplate(archive, vals)
+		if err != nil {
+			t.Fatalf("helm template %s: %v", filepath.Base(archive), err)
+		}
+		compareObjects(t, "packaged chart ("+name+")", fromArchive, "chart directory", renderChart(t, vals))
+	}
+}
