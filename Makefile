@@ -33,7 +33,8 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all version toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
-	test-manifests test-manifests-integration test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin
+	test-manifests test-manifests-integration test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin \
+	helm release-chart
 
 all: build
 
@@ -97,9 +98,27 @@ test-monitoring: toolchain promtool
 dashboard: toolchain
 	cd tests/manifests && $(GO) run ./cmd/dashboard -o ../../manifests/base/monitoring/grafana-dashboard.json
 
-## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics
-test-manifests-integration: deps kube-bins
-	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 30m ./...
+## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
+## helm install/upgrade/uninstall of the chart on a simulated node
+test-manifests-integration: deps kube-bins helm
+	cd tests/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
+
+## helm: the Helm CLI pinned in tests/manifests/go.mod (tool directive), into bin/helm
+helm: toolchain
+	@mkdir -p $(BIN)
+	cd tests/manifests && CGO_ENABLED=0 $(GO) build \
+		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4)" \
+		-o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
+
+## release-chart: dist/consul-cni-repair-<version>.tgz; chart version VERSION without its "v", appVersion (the
+## images' default tag) VERSION as an image tag ("+" becomes "-", as the images are tagged)
+CHART_VERSION := $(patsubst v%,%,$(VERSION))
+CHART_APP_VERSION := $(subst +,-,$(VERSION))
+release-chart: helm
+	@mkdir -p dist
+	$(BIN)/helm lint --strict charts/consul-cni-repair
+	$(BIN)/helm package charts/consul-cni-repair --version '$(CHART_VERSION)' --app-version '$(CHART_APP_VERSION)' --destination dist
+
 
 lint: toolchain
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -145,7 +164,7 @@ demo: deps kube-bins
 	$(GO) run ./tests/cmd/demo
 
 clean: clean-testbin
-	rm -rf $(BIN) $(CACHE)/testbin
+	rm -rf $(BIN) $(CACHE)/testbin dist
 
 ## clean-testbin: where tests/testbin builds when this checkout is not reachable by other users
 clean-testbin:

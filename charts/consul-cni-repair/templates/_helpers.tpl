@@ -1,0 +1,22 @@
+{{/* The image reference of a component: repository:tag, tag defaulting to appVersion. */}}
+{{- define "consul-cni-repair.image" -}}
+{{ .image.repository }}:{{ .image.tag | default .root.Chart.AppVersion }}
+{{- end }}
+
+{{/* The namespace of the CNI DaemonSet the controller watches. */}}
+{{- define "consul-cni-repair.cniNamespace" -}}
+{{ .Values.cni.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* Fails on values the controller would refuse, naming the key. */}}
+{{- define "consul-cni-repair.validate" -}}
+{{- if not (has .Values.controller.action (list "evict" "delete" "label")) }}
+{{- fail (printf "controller.action: %q is not one of evict, delete, label" .Values.controller.action) }}
+{{- end }}
+{{- if not (has .Values.controller.cniReadyGate (list "" "node-label" "cni-pod" "none")) }}
+{{- fail (printf "controller.cniReadyGate: %q is not one of node-label, cni-pod, none" .Values.controller.cniReadyGate) }}
+{{- end }}
+{{- if and (not .Values.controller.nodeReadiness) (has .Values.controller.cniReadyGate (list "" "node-label")) }}
+{{- fail "controller.nodeReadiness=false: nothing would label nodes cni=ready; set controller.cniReadyGate to cni-pod or none" }}
+{{- end }}
+{{- end }}
