@@ -24,15 +24,17 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// TestApplyOnSimulatedNode is `kubectl apply -k manifests/overlays/audit` on
+// TestApplyOnSimulatedNode is `kubectl apply -k manifests/overlays/label` on
 // a cluster with one simulated node that registered with the startup taint:
 // the DaemonSet's pod runs the real installer (root, hostPath, its own
 // pod-bound token), its exec readiness probe passes once consul-cni is last
 // in the node's chain; the Deployment's two replicas run the real controller
 // under their ServiceAccount, pass their HTTP probes, elect one leader, which
-// labels the node and lifts the taint; an injected pod that selects the
-// label is then scheduled there and gets its redirection from the plugin,
-// which marks it complete through the admission policy.
+// labels the node and lifts the taint through its admission policy; an
+// injected pod that selects the label is then scheduled there and gets its
+// redirection from the plugin, which marks it complete through its
+// admission policy. (The audit overlay leaves nodes as they are; the label
+// overlay acts on no pod that got its redirection.)
 func TestApplyOnSimulatedNode(t *testing.T) {
 	for _, cmd := range []string{"repair", "consul-cni-installer", "consul-cni"} {
 		if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", cmd)); err != nil {
@@ -56,7 +58,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	})
 
 	// Apply everything but the Prometheus Operator kinds, for real.
-	objs := buildOverlay(t, "audit")
+	objs := buildOverlay(t, "label")
 	var applied []*unstructured.Unstructured
 	for _, o := range objs {
 		if gvkOf(o).Group == monitoringGroup {
@@ -191,6 +193,5 @@ func deleteWorkloads(t *testing.T, c *cluster.Cluster) {
 	if err := c.Client.AppsV1().DaemonSets(namespace).Delete(ctx, installerName, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
 		t.Logf("delete DaemonSet: %v", err)
 	}
-	_ = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, admissionPolicyName, metav1.DeleteOptions{})
-	_ = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, admissionPolicyName, metav1.DeleteOptions{})
+	deletePolicies(c)
 }
