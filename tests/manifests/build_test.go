@@ -657,13 +657,16 @@ func TestAdmissionPolicies(t *testing.T) {
 		t.Run(ov, func(t *testing.T) {
 			objs := buildOverlay(t, ov)
 			vap := checkPolicyShape(t, objs, admissionPolicyName, installerName, "pods")
-			denies := false
-			for _, v := range vap.Spec.Validations {
-				if strings.Contains(v.Expression, `"authentication.kubernetes.io/node-name" in request.userInfo.extra &&`) {
-					denies = true
-				}
+			// The node a pod-bound token names must be there and be the
+			// pod's: a token naming no node may update nothing.
+			tokenNode, required := false, false
+			for _, v := range vap.Spec.Variables {
+				tokenNode = tokenNode || (v.Name == "tokenNode" && strings.Contains(v.Expression, `"authentication.kubernetes.io/node-name"`))
 			}
-			if !denies {
+			for _, v := range vap.Spec.Validations {
+				required = required || strings.HasPrefix(v.Expression, "variables.tokenNode.size() == 1 &&")
+			}
+			if !tokenNode || !required {
 				t.Errorf("%s: no validation requires the node-name extra", admissionPolicyName)
 			}
 			checkPolicyShape(t, objs, controllerPodPolicyName, controllerName, "pods", "pods/*")
