@@ -117,14 +117,15 @@ func newPolicyFixture(t *testing.T, c *cluster.Cluster) *policyFixture {
 
 var dryRun = metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 
-// patchPod merge-patches a pod as cs (dry run).
+// patchPod patches a pod as cs (dry run) with a strategic merge patch, as
+// kubectl does: containers merge by name, so only the field named changes.
 func (f *policyFixture) patchPod(cs kubernetes.Interface, pod string, body any) func(context.Context) error {
 	return func(ctx context.Context) error {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		_, err = cs.CoreV1().Pods(f.podNS).Patch(ctx, pod, types.MergePatchType, b, dryRun)
+		_, err = cs.CoreV1().Pods(f.podNS).Patch(ctx, pod, types.StrategicMergePatchType, b, dryRun)
 		return err
 	}
 }
