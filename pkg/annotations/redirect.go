@@ -7,17 +7,57 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
+	"unicode"
 )
 
 // DefaultProxyOutboundPort is used when the config leaves
 // ProxyOutboundPort at zero, as Consul's SDK does.
 const DefaultProxyOutboundPort = 15001
 
+// MaxListEntries bounds each list of the redirect configuration
+// (ExcludeInboundPorts, ExcludeOutboundPorts, ExcludeOutboundCIDRs,
+// ExcludeUIDs). consul-k8s's webhook writes a few dozen entries at most; the
+// bound keeps the rules of one sandbox, and the root CPU spent on each
+// retry, small.
+const MaxListEntries = 1024
+
+// PortRange is an inclusive range of TCP ports. A single port has
+// First == Last.
+type PortRange struct {
+	First, Last uint16
+}
+
+// String is the range as iptables' --dport takes it and iptables-save
+// prints it: "8080", or "8000:8100".
+func (r PortRange) String() string {
+	if r.First == r.Last {
+		return strconv.Itoa(int(r.First))
+	}
+	return strconv.Itoa(int(r.First)) + ":" + strconv.Itoa(int(r.Last))
+}
+
+// Contains reports whether port p is in the range.
+func (r PortRange) Contains(p uint16) bool { return r.First <= p && p <= r.Last }
+
+// PortsContain reports whether any range of the list contains port p.
+func PortsContain(ranges []PortRange, p uint16) bool {
+	for _, r := range ranges {
+		if r.Contains(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // RedirectTrafficConfig is the JSON shape of the redirect-traffic-config
 // annotation (and of Nomad's CONSUL_IPTABLES_CONFIG CNI argument): the plain
 // encoding/json form of the Consul SDK's iptables.Config. Field names are
 // matched case-insensitively, lists may be null, unknown keys are ignored.
-// Ports and UIDs inside lists are strings. NetNS is ignored: the plugin uses
+// Ports and UIDs inside lists are strings; an excluded port may be a range
+// "a:b" (1 <= a < b <= 65535), which the SDK passes to --dport as it is. Two
+// keys that differ only in case, trailing data after the object, and lists
+// longer than MaxListEntries are refused. NetNS is ignored: the plugin uses
 // the namespace the runtime hands it.
 type RedirectTrafficConfig struct {
 	ConsulDNSIP          string
@@ -45,8 +85,8 @@ type TrafficConfig struct {
 	ProxyUserID          uint32
 	ProxyInboundPort     uint16
 	ProxyOutboundPort    uint16
-	ExcludeInboundPorts  []uint16
-	ExcludeOutboundPorts []uint16
+	ExcludeInboundPorts  []PortRange
+	ExcludeOutboundPorts []PortRange
 	ExcludeOutboundCIDRs []netip.Prefix
 	ExcludeUIDs          []uint32
 }
@@ -76,10 +116,77 @@ func DecodeRedirectTrafficConfig(data []byte) (RedirectTrafficConfig, error) {
 		}
 		return c, fmt.Errorf("%s: invalid JSON: %w", KeyRedirectTrafficConfig, err)
 	}
-	if dec.More() {
-		return c, fmt.Errorf("%s: invalid JSON: trailing data after the object", KeyRedirectTrafficConfig)
+	if err := noTrailingData(data, dec.InputOffset()); err != nil {
+		return c, err
+	}
+	if err := noDuplicateKeys(data); err != nil {
+		return c, err
 	}
 	return c, nil
+}
+
+// noTrailingData refuses anything but JSON whitespace after the value that
+// ended at offset off.
+func noTrailingData(data []byte, off int64) error {
+	rest := data[off:]
+	i := 0
+	for i < len(rest) && strings.IndexByte(" \t\r\n", rest[i]) >= 0 {
+		i++
+	}
+	if i == len(rest) {
+		return nil
+	}
+	text := rest[i:]
+	if len(text) > 32 {
+		text = text[:32]
+	}
+	return fmt.Errorf("%s: invalid JSON: trailing data after the object at offset %d: %q", KeyRedirectTrafficConfig, off+int64(i), text)
+}
+
+// noDuplicateKeys refuses an object with two keys that encoding/json would
+// both match to one field: equal under Unicode case folding. Otherwise the
+// last one silently wins ("ProxyUserID":"5995","proxyuserid":"0").
+func noDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil // null: nothing to compare (decoding has already succeeded)
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%s: invalid JSON: %w", KeyRedirectTrafficConfig, err)
+		}
+		key, _ := tok.(string)
+		folded := foldKey(key)
+		if first, dup := seen[folded]; dup {
+			return fmt.Errorf("%s: keys %q and %q name the same field (keys are matched case-insensitively; give each once)", KeyRedirectTrafficConfig, first, key)
+		}
+		seen[folded] = key
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("%s: invalid JSON: %w", KeyRedirectTrafficConfig, err)
+		}
+	}
+	return nil
+}
+
+// foldKey maps every rune of s to the smallest rune of its Unicode
+// case-folding orbit, so keys that are equal under folding (as
+// encoding/json matches them to fields: "K", "k" and the Kelvin sign) map
+// to the same string.
+func foldKey(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		min := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < min {
+				min = f
+			}
+		}
+		b.WriteRune(min)
+	}
+	return b.String()
 }
 
 // FieldError names the field and the value that failed validation.
@@ -139,6 +246,17 @@ func (c RedirectTrafficConfig) Validate(dualStack bool) (TrafficConfig, error) {
 		out.ConsulDNSIP = ip
 	}
 
+	for _, l := range []struct {
+		field string
+		n     int
+	}{
+		{"ExcludeInboundPorts", len(c.ExcludeInboundPorts)}, {"ExcludeOutboundPorts", len(c.ExcludeOutboundPorts)},
+		{"ExcludeOutboundCIDRs", len(c.ExcludeOutboundCIDRs)}, {"ExcludeUIDs", len(c.ExcludeUIDs)},
+	} {
+		if l.n > MaxListEntries {
+			return out, fmt.Errorf("%s: field %s: %d entries, more than MaxListEntries (%d)", KeyRedirectTrafficConfig, l.field, l.n, MaxListEntries)
+		}
+	}
 	if out.ExcludeInboundPorts, err = ports("ExcludeInboundPorts", c.ExcludeInboundPorts); err != nil {
 		return out, err
 	}
@@ -194,10 +312,27 @@ func intPort(field string, n int) (uint16, error) {
 	return uint16(n), nil
 }
 
-func ports(field string, in []string) ([]uint16, error) {
-	var out []uint16
+// parsePortRange accepts a port ("8080") or a range "a:b" with
+// 1 <= a < b <= 65535, the forms consul-k8s's plugin hands to --dport.
+func parsePortRange(field, s string) (PortRange, error) {
+	first, last, isRange := strings.Cut(s, ":")
+	if !isRange {
+		p, err := parsePort(field, s)
+		return PortRange{p, p}, err
+	}
+	const why = "is not a port or port range (want 1-65535, or a:b with 1 <= a < b <= 65535)"
+	a, errA := parsePort(field, first)
+	b, errB := parsePort(field, last)
+	if errA != nil || errB != nil || a >= b {
+		return PortRange{}, &FieldError{field, s, why}
+	}
+	return PortRange{a, b}, nil
+}
+
+func ports(field string, in []string) ([]PortRange, error) {
+	var out []PortRange
 	for i, s := range in {
-		p, err := parsePort(fmt.Sprintf("%s[%d]", field, i), s)
+		p, err := parsePortRange(fmt.Sprintf("%s[%d]", field, i), s)
 		if err != nil {
 			return nil, err
 		}

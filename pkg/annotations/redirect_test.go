@@ -3,6 +3,7 @@ package annotations
 import (
 	"net/netip"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,7 +23,7 @@ func TestParseUpstreamDefault(t *testing.T) {
 		ProxyUserID:         5995,
 		ProxyInboundPort:    20000,
 		ProxyOutboundPort:   15001,
-		ExcludeInboundPorts: []uint16{20200, 21000},
+		ExcludeInboundPorts: []PortRange{{20200, 20200}, {21000, 21000}},
 		ExcludeUIDs:         []uint32{5996},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -66,7 +67,16 @@ func TestValidationErrorsNameFieldAndValue(t *testing.T) {
 		{"port with space", `{` + base + `,"ExcludeOutboundPorts":["443","80 -j ACCEPT"]}`, false, []string{"ExcludeOutboundPorts[1]"}},
 		{"port option-like", `{` + base + `,"ExcludeOutboundPorts":["--help"]}`, false, []string{"ExcludeOutboundPorts[0]", "--help"}},
 		{"port zero", `{` + base + `,"ExcludeInboundPorts":["0"]}`, false, []string{"ExcludeInboundPorts[0]", `"0"`}},
-		{"port range", `{` + base + `,"ExcludeInboundPorts":["80:90"]}`, false, []string{"ExcludeInboundPorts[0]", "80:90"}},
+		{"port range reversed", `{` + base + `,"ExcludeInboundPorts":["90:80"]}`, false, []string{"ExcludeInboundPorts[0]", `"90:80"`, "a:b"}},
+		{"port range empty", `{` + base + `,"ExcludeInboundPorts":["80:80"]}`, false, []string{"ExcludeInboundPorts[0]", `"80:80"`}},
+		{"port range open end", `{` + base + `,"ExcludeOutboundPorts":["80:"]}`, false, []string{"ExcludeOutboundPorts[0]", `"80:"`}},
+		{"port range open start", `{` + base + `,"ExcludeOutboundPorts":[":80"]}`, false, []string{"ExcludeOutboundPorts[0]", `":80"`}},
+		{"port range zero", `{` + base + `,"ExcludeOutboundPorts":["0:80"]}`, false, []string{"ExcludeOutboundPorts[0]", `"0:80"`}},
+		{"port range too big", `{` + base + `,"ExcludeOutboundPorts":["80:65536"]}`, false, []string{"ExcludeOutboundPorts[0]", `"80:65536"`}},
+		{"port range three parts", `{` + base + `,"ExcludeOutboundPorts":["80:90:100"]}`, false, []string{"ExcludeOutboundPorts[0]", `"80:90:100"`}},
+		{"port range dash", `{` + base + `,"ExcludeOutboundPorts":["80-90"]}`, false, []string{"ExcludeOutboundPorts[0]", `"80-90"`}},
+		{"port range injection", `{` + base + `,"ExcludeOutboundPorts":["80:90 -j ACCEPT"]}`, false, []string{"ExcludeOutboundPorts[0]"}},
+		{"port range in UIDs", `{` + base + `,"ExcludeUIDs":["5996:5999"]}`, false, []string{"ExcludeUIDs[0]", "5996:5999"}},
 		{"uid list", `{` + base + `,"ExcludeUIDs":["5996","root"]}`, false, []string{"ExcludeUIDs[1]", "root"}},
 		{"cidr junk", `{` + base + `,"ExcludeOutboundCIDRs":["10.0.0.0/8 ! -d 1.1.1.1"]}`, false, []string{"ExcludeOutboundCIDRs[0]"}},
 		{"cidr v6 single", `{` + base + `,"ExcludeOutboundCIDRs":["fd00::/8"]}`, false, []string{"ExcludeOutboundCIDRs[0]", "single-stack"}},
@@ -74,7 +84,14 @@ func TestValidationErrorsNameFieldAndValue(t *testing.T) {
 		{"dns v6 single", `{` + base + `,"ConsulDNSIP":"::1"}`, false, []string{"ConsulDNSIP", "for non dual stack setup ipv4 consulDNSIP required"}},
 		{"dns v4 dual", `{` + base + `,"ConsulDNSIP":"127.0.0.1"}`, true, []string{"ConsulDNSIP", "for dual stack ipv6 consulDNSIP required"}},
 		{"bad json", `{"ProxyUserID":`, false, []string{"invalid JSON"}},
-		{"trailing", `{` + base + `} {}`, false, []string{"trailing"}},
+		{"trailing", `{` + base + `} {}`, false, []string{"trailing data", "offset 48", `"{}"`}},
+		{"trailing brace", `{` + base + `}}`, false, []string{"trailing data", "offset 47", `"}"`}},
+		{"trailing bracket", `{` + base + `}]`, false, []string{"trailing data", `"]"`}},
+		{"trailing text", `{` + base + "}\n x", false, []string{"trailing data", "offset 49", `"x"`}},
+		{"duplicate key in other case", `{` + base + `,"proxyuserid":"0"}`, false, []string{`"ProxyUserID"`, `"proxyuserid"`, "same field"}},
+		{"duplicate key same case", `{"ProxyInboundPort":20000,"ProxyUserID":"5995","ProxyUserID":"0"}`, false, []string{`"ProxyUserID"`, "same field"}},
+		{"duplicate key by unicode folding", `{` + base + `,"ProxyU\u017FerID":"0"}`, false, []string{`"ProxyUserID"`, "same field"}},
+		{"duplicate unknown key", `{` + base + `,"IptablesProvider":null,"iptablesprovider":null}`, false, []string{"same field"}},
 		{"empty", ``, false, []string{"empty"}},
 	}
 	for _, tc := range cases {
@@ -89,6 +106,70 @@ func TestValidationErrorsNameFieldAndValue(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An annotation with a value that encoding/json matches to a field only by
+// Unicode folding ("ſ" folds to "s") is what the Go SDK would read, so it
+// is accepted like any other spelling; only two spellings at once are not.
+func TestUnicodeFoldedKeyAlone(t *testing.T) {
+	got, err := ParseRedirectTrafficConfig([]byte(`{"ProxyU\u017FerID":"7","ProxyInboundPort":20000}`), false)
+	if err != nil || got.ProxyUserID != 7 {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+func TestPortRanges(t *testing.T) {
+	got, err := ParseRedirectTrafficConfig([]byte(`{"ProxyUserID":"5995","ProxyInboundPort":20000,`+
+		`"ExcludeInboundPorts":["20200:20300","21000"],"ExcludeOutboundPorts":["1:65535","8000:8001"]}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []PortRange{{20200, 20300}, {21000, 21000}}; !reflect.DeepEqual(got.ExcludeInboundPorts, want) {
+		t.Fatalf("inbound %v, want %v", got.ExcludeInboundPorts, want)
+	}
+	if want := []PortRange{{1, 65535}, {8000, 8001}}; !reflect.DeepEqual(got.ExcludeOutboundPorts, want) {
+		t.Fatalf("outbound %v, want %v", got.ExcludeOutboundPorts, want)
+	}
+	for r, s := range map[PortRange]string{{80, 80}: "80", {8000, 8100}: "8000:8100", {1, 65535}: "1:65535"} {
+		if r.String() != s {
+			t.Errorf("%+v renders %q, want %q", r, r.String(), s)
+		}
+	}
+	r := PortRange{8000, 8100}
+	if !r.Contains(8000) || !r.Contains(8100) || r.Contains(7999) || r.Contains(8101) {
+		t.Error("Contains")
+	}
+	if !PortsContain(got.ExcludeInboundPorts, 20250) || PortsContain(got.ExcludeInboundPorts, 20301) {
+		t.Error("PortsContain")
+	}
+}
+
+func TestListBound(t *testing.T) {
+	list := func(n int, item func(i int) string) string {
+		var s []string
+		for i := 0; i < n; i++ {
+			s = append(s, `"`+item(i)+`"`)
+		}
+		return "[" + strings.Join(s, ",") + "]"
+	}
+	port := func(i int) string { return strconv.Itoa(1 + i) }
+	cidr := func(i int) string { return "10." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + ".0/24" }
+	for _, field := range []struct {
+		name string
+		item func(int) string
+	}{{"ExcludeInboundPorts", port}, {"ExcludeOutboundPorts", port}, {"ExcludeOutboundCIDRs", cidr}, {"ExcludeUIDs", port}} {
+		doc := func(n int) []byte {
+			return []byte(`{"ProxyUserID":"5995","ProxyInboundPort":20000,"` + field.name + `":` + list(n, field.item) + `}`)
+		}
+		if _, err := ParseRedirectTrafficConfig(doc(MaxListEntries), false); err != nil {
+			t.Errorf("%s with %d entries: %v", field.name, MaxListEntries, err)
+		}
+		_, err := ParseRedirectTrafficConfig(doc(MaxListEntries+1), false)
+		if err == nil || !strings.Contains(err.Error(), field.name) || !strings.Contains(err.Error(), "MaxListEntries (1024)") ||
+			!strings.Contains(err.Error(), "1025 entries") {
+			t.Errorf("%s with %d entries: %v", field.name, MaxListEntries+1, err)
+		}
 	}
 }
 

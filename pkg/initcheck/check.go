@@ -265,7 +265,7 @@ func targetAllowed(tc annotations.TrafficConfig, t netip.AddrPort) error {
 	case a.Is6() && !a.Is4In6() && !tc.DualStack:
 		return errors.New("an IPv6 address, but the pod is not dual-stack (no IPv6 rules)")
 	}
-	if slices.Contains(tc.ExcludeOutboundPorts, t.Port()) {
+	if annotations.PortsContain(tc.ExcludeOutboundPorts, t.Port()) {
 		return fmt.Errorf("port %d is in ExcludeOutboundPorts", t.Port())
 	}
 	for _, c := range tc.ExcludeOutboundCIDRs {

@@ -331,7 +331,7 @@ func TestProbePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	withExcl, err := annotations.ParseRedirectTrafficConfig([]byte(`{"ProxyUserID":"5995","ProxyInboundPort":20000,
-		"ExcludeOutboundPorts":["15002"],"ExcludeOutboundCIDRs":["169.254.0.0/16"],"ExcludeUIDs":["5996","1234"]}`), false)
+		"ExcludeOutboundPorts":["15002","8000:8100"],"ExcludeOutboundCIDRs":["169.254.0.0/16"],"ExcludeUIDs":["5996","1234"]}`), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,6 +349,8 @@ func TestProbePolicy(t *testing.T) {
 		{name: "excluded UID", tc: withExcl, uid: 1234, target: "198.18.0.1:80", wantErr: "ExcludeUIDs"},
 		{name: "defaults exclude the init UID", tc: defaults, uid: 5996, target: "198.18.0.1:80", wantErr: "ExcludeUIDs"},
 		{name: "excluded port", tc: withExcl, uid: 1000, target: "198.18.0.1:15002", wantErr: "ExcludeOutboundPorts"},
+		{name: "port in an excluded range", tc: withExcl, uid: 1000, target: "198.18.0.1:8050", wantErr: "ExcludeOutboundPorts"},
+		{name: "port after an excluded range", tc: withExcl, uid: 1000, target: "198.18.0.1:8101"},
 		{name: "excluded CIDR", tc: withExcl, uid: 1000, target: "169.254.7.127:80", wantErr: "ExcludeOutboundCIDRs"},
 		{name: "loopback", tc: tc, uid: 1000, target: "127.0.0.5:80", wantErr: "loopback"},
 		{name: "IPv6 on single stack", tc: tc, uid: 1000, target: "[fd00::1]:80", wantErr: "not dual-stack"},

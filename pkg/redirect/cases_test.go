@@ -47,6 +47,12 @@ var goldenCases = []goldenCase{
 		`"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":["5432"],"ExcludeUIDs":["5996"]}`, dual: true, sdk: true},
 	{name: "dual-stack-dns-ip-only", json: `{"ConsulDNSIP":"fd63:6372:ffff::53","ProxyUserID":"5995","ProxyInboundPort":20000}`, dual: true, sdk: true},
 	{name: "dual-stack-dns-port-only", json: `{"ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000}`, dual: true, sdk: true},
+	// Port ranges in both exclude lists, as consul-k8s's plugin applies
+	// them: the SDK hands "a:b" to --dport.
+	{name: "port-ranges", json: `{"ProxyUserID":"5995","ProxyInboundPort":20000,` +
+		`"ExcludeInboundPorts":["20200:20300","21000"],"ExcludeOutboundPorts":["8000:8100","9090","1:65535"]}`, sdk: true},
+	{name: "dual-stack-port-ranges", json: `{"ConsulDNSIP":"::1","ProxyUserID":"5995","ProxyInboundPort":20000,` +
+		`"ExcludeInboundPorts":["20200:20300"],"ExcludeOutboundPorts":["8000:8100"]}`, dual: true, sdk: true},
 	// The SDK cannot apply this one (it passes every CIDR to both iptables
 	// and ip6tables); each family gets its own CIDRs here.
 	{name: "dual-stack-mixed-cidrs", json: `{"ProxyUserID":"5995","ProxyInboundPort":20000,` +

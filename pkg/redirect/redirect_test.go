@@ -556,3 +556,26 @@ func TestCachedBackend(t *testing.T) {
 }
 
 const time2h = 2 * 60 * 60 * 1e9
+
+// A port range is one rule: CHECK names it when the range in the table
+// differs from the annotation's.
+func TestCheckSeesChangedPortRange(t *testing.T) {
+	ctx := context.Background()
+	sets := mustSets(t, `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ExcludeOutboundPorts":["8000:8100"]}`, false)
+	f := &Fake{}
+	if err := Apply(ctx, f, sets); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(ctx, f, sets); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Exec(IPv4, "*nat\n-D CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN\n"+
+		"-I CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8099 -j RETURN\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err := Check(ctx, f, sets)
+	if err == nil || !strings.Contains(err.Error(), "rule missing: -A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN") ||
+		!strings.Contains(err.Error(), "unexpected rule: -A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8099 -j RETURN") {
+		t.Fatalf("check after narrowing the range: %v", err)
+	}
+}

@@ -168,7 +168,11 @@ func build(cfg annotations.TrafficConfig, fam Family, dns bool) RuleSet {
 		loopback = "::1/128"
 		dnsDefault = netip.MustParseAddr("::1")
 	}
-	tcpPort := func(p uint16) []string { return []string{"-p", "tcp", "-m", "tcp", "--dport", u16(p)} }
+	// A port range renders as --dport a:b, the SDK's argument as
+	// iptables-save prints it back.
+	tcpPort := func(p annotations.PortRange) []string {
+		return []string{"-p", "tcp", "-m", "tcp", "--dport", p.String()}
+	}
 
 	// Outbound: the redirect to the proxy's outbound listener.
 	b.append(ChainOutputRedirect, "-p", "tcp", "-j", "REDIRECT", "--to-ports", u16(cfg.ProxyOutboundPort))

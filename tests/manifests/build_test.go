@@ -115,6 +115,8 @@ func TestObjects(t *testing.T) {
 		"ServiceAccount/" + installerName, "ClusterRole/" + installerName, "ClusterRoleBinding/" + installerName,
 		"DaemonSet/" + installerName,
 		"ValidatingAdmissionPolicy/" + admissionPolicyName, "ValidatingAdmissionPolicyBinding/" + admissionPolicyName,
+		"ValidatingAdmissionPolicy/" + controllerPodPolicyName, "ValidatingAdmissionPolicyBinding/" + controllerPodPolicyName,
+		"ValidatingAdmissionPolicy/" + controllerNodePolicyName, "ValidatingAdmissionPolicyBinding/" + controllerNodePolicyName,
 		"ServiceMonitor/" + controllerName, "PodMonitor/" + installerName, "PrometheusRule/" + controllerName,
 		"ConfigMap/" + dashboardCMName,
 	}
@@ -608,38 +610,94 @@ func TestKubePrometheusStackExample(t *testing.T) {
 	}
 }
 
-// TestInstallerAdmissionPolicy checks the shape of the policy that narrows
-// the installer's "patch pods" to the status annotation of pods on its own
-// node (its behaviour is proven against the API server in the integration
-// tests).
-func TestInstallerAdmissionPolicy(t *testing.T) {
-	objs := buildOverlay(t, "base")
+// checkPolicyShape checks what every admission policy of ours must have: a
+// Deny binding, failurePolicy Fail, a matchCondition that selects the
+// ServiceAccount saName by name in any namespace, UPDATE of the resources
+// given, and a reason and message on every validation.
+func checkPolicyShape(t *testing.T, objs []*unstructured.Unstructured, name, saName string, resources ...string) admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
 	var vap admissionregistrationv1.ValidatingAdmissionPolicy
-	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicy", admissionPolicyName), &vap)
+	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicy", name), &vap)
 	var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicyBinding", admissionPolicyName), &b)
+	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicyBinding", name), &b)
 	if b.Spec.PolicyName != vap.Name || len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
-		t.Errorf("binding %+v: want policy %s with validationActions [Deny]", b.Spec, vap.Name)
+		t.Errorf("%s: binding %+v: want policy %s with validationActions [Deny]", name, b.Spec, vap.Name)
 	}
 	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
-		t.Error("failurePolicy must be Fail")
+		t.Errorf("%s: failurePolicy must be Fail", name)
 	}
-	matches := false
-	for _, mc := range vap.Spec.MatchConditions {
-		if strings.Contains(mc.Expression, `"`+installerSAUser+`"`) {
-			matches = true
-		}
+	if len(vap.Spec.MatchConditions) != 1 {
+		t.Fatalf("%s: %d matchConditions, want 1", name, len(vap.Spec.MatchConditions))
 	}
-	if !matches {
-		t.Errorf("no matchCondition selects the installer's identity %s", installerSAUser)
+	// By name, in any namespace: no namespace in the expression, which a
+	// kustomize or Helm namespace would leave stale.
+	mc := vap.Spec.MatchConditions[0].Expression
+	if !strings.Contains(mc, `startsWith("system:serviceaccount:")`) || !strings.Contains(mc, `endsWith(":`+saName+`")`) ||
+		strings.Contains(mc, namespace+":") {
+		t.Errorf("%s: matchCondition %q does not select ServiceAccount %s by name in any namespace", name, mc, saName)
 	}
 	rr := vap.Spec.MatchConstraints.ResourceRules
-	if len(rr) != 1 || strings.Join(rr[0].Resources, ",") != "pods" || len(rr[0].Operations) != 1 || rr[0].Operations[0] != admissionregistrationv1.Update {
-		t.Errorf("resourceRules %+v: want UPDATE of pods", rr)
+	if len(rr) != 1 || strings.Join(rr[0].Resources, ",") != strings.Join(resources, ",") || len(rr[0].Operations) != 1 || rr[0].Operations[0] != admissionregistrationv1.Update {
+		t.Errorf("%s: resourceRules %+v: want UPDATE of %v", name, rr, resources)
 	}
 	for _, v := range vap.Spec.Validations {
 		if v.Reason == nil || *v.Reason != "Forbidden" || v.Message == "" {
-			t.Errorf("validation %q: want reason Forbidden and a message", v.Expression)
+			t.Errorf("%s: validation %q: want reason Forbidden and a message", name, v.Expression)
 		}
+	}
+	return vap
+}
+
+// TestAdmissionPolicies checks the shape of the policies that narrow the
+// installer's "patch pods" to the status annotation of pods on its own node
+// and the controller's pod and node writes to its label, annotation and
+// taint, in every overlay (their behaviour is proven against the API server
+// in the integration tests).
+func TestAdmissionPolicies(t *testing.T) {
+	for _, ov := range overlayNames() {
+		t.Run(ov, func(t *testing.T) {
+			objs := buildOverlay(t, ov)
+			vap := checkPolicyShape(t, objs, admissionPolicyName, installerName, "pods")
+			// The node a pod-bound token names must be there and be the
+			// pod's: a token naming no node may update nothing.
+			tokenNode, required := false, false
+			for _, v := range vap.Spec.Variables {
+				tokenNode = tokenNode || (v.Name == "tokenNode" && strings.Contains(v.Expression, `"authentication.kubernetes.io/node-name"`))
+			}
+			for _, v := range vap.Spec.Validations {
+				required = required || strings.HasPrefix(v.Expression, "variables.tokenNode.size() == 1 &&")
+			}
+			if !tokenNode || !required {
+				t.Errorf("%s: no validation requires the node-name extra", admissionPolicyName)
+			}
+			checkPolicyShape(t, objs, controllerPodPolicyName, controllerName, "pods", "pods/*")
+			checkPolicyShape(t, objs, controllerNodePolicyName, controllerName, "nodes", "nodes/*")
+		})
+	}
+}
+
+// TestNamespaceOverride builds every overlay under a kustomize namespace:
+// override: every namespaced object moves, the RBAC bindings follow their
+// ServiceAccounts, and the admission policies are unchanged (they select by
+// ServiceAccount name).
+func TestNamespaceOverride(t *testing.T) {
+	for _, ov := range overlayNames() {
+		t.Run(ov, func(t *testing.T) {
+			objs := buildInNamespace(t, ov, "mesh-system")
+			if d := wantControllerIn(ov, "mesh-system").diff(rbacOf(t, objs, "mesh-system", controllerName)); d != "" {
+				t.Errorf("controller %s: %s", controllerName, d)
+			}
+			if d := wantInstaller().diff(rbacOf(t, objs, "mesh-system", installerName)); d != "" {
+				t.Errorf("installer %s: %s", installerName, d)
+			}
+			orig := buildOverlay(t, ov)
+			for _, name := range admissionPolicyNames {
+				a, _ := find(t, objs, "ValidatingAdmissionPolicy", name).MarshalJSON()
+				b, _ := find(t, orig, "ValidatingAdmissionPolicy", name).MarshalJSON()
+				if string(a) != string(b) {
+					t.Errorf("%s changed with the namespace", name)
+				}
+			}
+		})
 	}
 }

@@ -260,7 +260,7 @@ func injectedMeta(labels map[string]string) metav1.ObjectMeta {
 // each overlay's exact container args, under the overlay's RBAC (a real
 // token of the consul-cni-repair ServiceAccount), against the local control
 // plane: a node whose installer pod is Ready gets labelled (and loses its
-// startup taint), a ReplicaSet pod that bypassed the CNI gets the overlay's
+// startup taint; in audit it is left as it is), a ReplicaSet pod that bypassed the CNI gets the overlay's
 // action (or none, in audit), a bare one is only reported. Its /metrics is
 // then scraped: every metric a dashboard panel or an alert names must be
 // exported, with exactly the labels ARCHITECTURE.md lists.
@@ -455,6 +455,9 @@ func TestControllerUnderManifests(t *testing.T) {
 				got, err := c.Client.CoreV1().Pods(ns).Get(ctx, broken.Name, metav1.GetOptions{})
 				if err != nil || got.DeletionTimestamp != nil || got.Labels[annotations.LabelUninitialized] != "" {
 					t.Errorf("audit mode changed the broken pod: %v %+v", err, got.ObjectMeta)
+				}
+				if nodeCNIReady(ctx, c.Client, nodeName) == nil {
+					t.Errorf("audit mode labelled node %s or removed its startup taint", nodeName)
 				}
 			}
 			// An Event on the pod says what was (or would have been) done.

@@ -36,6 +36,17 @@ const (
 	installerSAUser     = "system:serviceaccount:" + namespace + ":" + installerName
 )
 
+// The controller's admission policies (each with a binding of the same
+// name).
+const (
+	controllerPodPolicyName  = "consul-cni-repair-pod-writes"
+	controllerNodePolicyName = "consul-cni-repair-node-writes"
+)
+
+// admissionPolicyNames are all the ValidatingAdmissionPolicies (each with
+// a binding of the same name) every overlay ships.
+var admissionPolicyNames = []string{admissionPolicyName, controllerPodPolicyName, controllerNodePolicyName}
+
 // overlays are the deployable kustomizations, by name, relative to
 // manifests/. "base" is the default action (evict).
 var overlays = map[string]string{
@@ -105,6 +116,23 @@ func buildDir(dir string) ([]*unstructured.Unstructured, error) {
 func buildOverlay(tb testing.TB, name string) []*unstructured.Unstructured {
 	tb.Helper()
 	return build(tb, filepath.Join(manifestsDir(tb), overlays[name]))
+}
+
+// buildInNamespace builds an overlay through a throw-away kustomization
+// that installs it in namespace ns (kustomize's namespace: field, as a user
+// would), creating nothing.
+func buildInNamespace(tb testing.TB, overlay, ns string) []*unstructured.Unstructured {
+	tb.Helper()
+	dir := tb.TempDir()
+	rel, err := filepath.Rel(dir, filepath.Join(manifestsDir(tb), overlays[overlay]))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nresources:\n  - " + rel + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return build(tb, dir)
 }
 
 // find returns the one object of that kind and name, failing the test when

@@ -82,17 +82,25 @@ func wantInstaller() permSet {
 
 // wantController is everything the controller's identity may do with an
 // overlay, as ARCHITECTURE.md states it.
-func wantController(overlay string) permSet {
+func wantController(overlay string) permSet { return wantControllerIn(overlay, namespace) }
+
+// wantControllerIn is wantController for the manifests installed in
+// namespace ns (its leader Lease lives there).
+func wantControllerIn(overlay, ns string) permSet {
 	s := permSet{}
 	s.add(perms("", []string{"pods"}, []string{"get", "list", "watch"}, ""))
 	s.add(perms("", []string{"events"}, []string{"create", "patch"}, ""))
 	s.add(perms("events.k8s.io", []string{"events"}, []string{"create", "patch"}, ""))
-	s.add(perms("", []string{"nodes"}, []string{"get", "list", "watch", "patch"}, ""))
-	s.add(perms("coordination.k8s.io", []string{"leases"}, []string{"get", "create", "update"}, namespace))
+	s.add(perms("", []string{"nodes"}, []string{"get", "list", "watch"}, ""))
+	if overlay != "audit" {
+		// Node readiness; audit only reports it.
+		s.add(perms("", []string{"nodes"}, []string{"patch"}, ""))
+	}
+	s.add(perms("coordination.k8s.io", []string{"leases"}, []string{"get", "create", "update"}, ns))
 	switch overlay {
 	case "base": // evict
 		s.add(perms("", []string{"pods/eviction"}, []string{"create"}, ""))
-	case "audit": // dry-run: no pod mutation at all
+	case "audit": // dry-run: no pod or node mutation at all
 	case "delete":
 		s.add(perms("", []string{"pods"}, []string{"delete"}, ""))
 	case "label":

@@ -33,9 +33,11 @@ import (
 // pod-bound token), its exec readiness probe passes once consul-cni is last
 // in the node's chain; the Deployment's two replicas run the real controller
 // under their ServiceAccount, pass their HTTP probes, elect one leader, which
-// labels the node and lifts the taint; an injected pod that selects the
-// label is then scheduled there and gets its redirection from the plugin,
-// which marks it complete through the admission policy.
+// labels the node and lifts the taint through its admission policy; an
+// injected pod that selects the label is then scheduled there and gets its
+// redirection from the plugin, which marks it complete through its
+// admission policy. (The audit overlay leaves nodes as they are; the label
+// overlay acts on no pod that got its redirection.)
 func TestApplyOnSimulatedNode(t *testing.T) {
 	for _, cmd := range []string{"repair", "consul-cni-installer", "consul-cni"} {
 		if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", cmd)); err != nil {
@@ -215,6 +217,5 @@ func deleteWorkloads(t *testing.T, c *cluster.Cluster) {
 	if err := c.Client.AppsV1().DaemonSets(namespace).Delete(ctx, installerName, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
 		t.Logf("delete DaemonSet: %v", err)
 	}
-	_ = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, admissionPolicyName, metav1.DeleteOptions{})
-	_ = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, admissionPolicyName, metav1.DeleteOptions{})
+	deletePolicies(c)
 }
