@@ -20,3 +20,14 @@
 {{- fail "controller.nodeReadiness=false: nothing would label nodes cni=ready; set controller.cniReadyGate to cni-pod or none" }}
 {{- end }}
 {{- end }}
+
+{{/* A file of manifests/base as it is (symbolic link under files/), each
+object labelled app.kubernetes.io/part-of like the kustomize build. For
+cluster-scoped objects without labels of their own (the admission policies). */}}
+{{- define "consul-cni-repair.baseFile" -}}
+{{- $text := .root.Files.Get .path }}
+{{- if not $text }}
+{{- fail (printf "%s: missing or empty" .path) }}
+{{- end }}
+{{- $text | replace "\nmetadata:\n" "\nmetadata:\n  labels:\n    app.kubernetes.io/part-of: consul-cni-repair\n" }}
+{{- end }}
