@@ -247,18 +247,38 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 		// once the informer has the current node.
 		return fmt.Errorf("patch node %s: %w", name, err)
 	}
-	desc := strings.Join(changes, ", ")
+	desc := n.describeChanges(changes)
 	if cniPod != nil {
 		logger.Info("Node CNI ready", "cniPod", klog.KObj(cniPod))
 		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIReady,
-			"CNI pod %s/%s is Ready: %s (%s=%s, startup taint %s)", cniPod.Namespace, cniPod.Name, desc,
-			annotations.LabelCNIReady, annotations.LabelCNIReadyValue, n.cfg.StartupTaintKey)
+			"CNI pod %s/%s is Ready: %s", cniPod.Namespace, cniPod.Name, desc)
 	} else {
 		logger.Info("Node CNI not ready")
 		n.recorder.Eventf(node, corev1.EventTypeWarning, EventCNINotReady,
 			"No Ready CNI pod (%s in %s) on this node: %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)
 	}
 	return nil
+}
+
+// describeChanges says what the patch changed, and only that, for an Event.
+func (n *NodeReadiness) describeChanges(changes []string) string {
+	label := annotations.LabelCNIReady + "=" + annotations.LabelCNIReadyValue
+	out := make([]string, 0, len(changes))
+	for _, c := range changes {
+		switch c {
+		case ChangeLabelAdded:
+			out = append(out, "added label "+label)
+		case ChangeLabelRemoved:
+			out = append(out, "removed label "+label)
+		case ChangeTaintRemoved:
+			out = append(out, "removed startup taint "+n.cfg.StartupTaintKey)
+		case ChangeTaintAdded:
+			out = append(out, "added startup taint "+n.cfg.StartupTaintKey+":"+string(n.cfg.StartupTaintEffect))
+		default:
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func hasTaint(taints []corev1.Taint, key string) bool {
