@@ -50,6 +50,10 @@ import (
 // kube-proxy): Services exist as API objects only.
 const ServiceCIDR = "198.19.0.0/16"
 
+// KubeletAddressTypes is the apiserver's --kubelet-preferred-address-types:
+// only the InternalIP a node reports, so a node name is never resolved.
+const KubeletAddressTypes = "InternalIP"
+
 // Issuer is the service-account token issuer (and default audience).
 const Issuer = "https://kubernetes.default.svc.cluster.local"
 
@@ -200,6 +204,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			"--service-account-issuer=" + Issuer,
 			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--allow-privileged=true",
+			// Kubelets (simulated nodes) by the InternalIP they report,
+			// never by resolving a node name: nothing leaves the machine.
+			"--kubelet-preferred-address-types=" + KubeletAddressTypes,
+			"--kubelet-client-certificate=" + pk.KubeletClientCert,
+			"--kubelet-client-key=" + pk.KubeletClientKey,
 			"--profiling=false",
 			"--enable-priority-and-fairness=false",
 			"--v=" + strconv.Itoa(opts.Verbosity),
@@ -481,6 +490,13 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	return waitHTTP(ctx, old, c.Server+"/readyz", c.Config.BearerToken, c.CAData)
+}
+
+// APIServerFlags returns the flags kube-apiserver was started with.
+func (c *Cluster) APIServerFlags() []string {
+	c.apiserver.Lock()
+	defer c.apiserver.Unlock()
+	return append([]string(nil), c.apiserver.args...)
 }
 
 // component returns the started component of that name (nil if none).
