@@ -85,15 +85,20 @@ func run(o *options) error {
 			return err
 		}
 		env.Cleanup(func() { os.Remove(o.Kubeconfig) })
+		if err := c.InstallPrometheusOperatorCRDs(ctx); err != nil {
+			return err
+		}
+		fmt.Println("installed minimal CRDs of ServiceMonitor, PodMonitor and PrometheusRule (no operator runs)")
 		fmt.Printf("control plane ready in %s at %s (logs in %s)\n", time.Since(start).Round(100*time.Millisecond), c.Server, c.Dir)
 
 		var nodes []string
 		if o.Nodes > 0 {
-			fmt.Println("building podprog and the reference CNI plugins")
+			fmt.Println("building podprog, the project's commands and the reference CNI plugins")
 			r := testnet.Reserve(env)
 			plugins := testbin.CNIPluginDir(env)
 			programs := map[string]string{"podprog": testbin.Package(env, "podprog", "./tests/cmd/podprog")}
-			for _, cmd := range []string{"consul-cni-installer", "consul-cni-check"} {
+			// The images the manifests name run the real programs.
+			for _, cmd := range []string{"consul-cni-installer", "consul-cni-check", "repair"} {
 				if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err == nil {
 					programs[cmd] = testbin.Project(env, cmd)
 				}
@@ -129,7 +134,7 @@ func run(o *options) error {
 		}
 		fmt.Printf("\nadmin kubeconfig: %s\n  export KUBECONFIG=%s\n", o.Kubeconfig, o.Kubeconfig)
 		if len(nodes) > 0 {
-			fmt.Printf("simulated nodes (images they run as programs: podprog, consul-cni-installer, consul-cni-check; others idle):\n%s\n", strings.Join(nodes, "\n"))
+			fmt.Printf("simulated nodes (images they run as programs: podprog, consul-cni-installer, consul-cni-check, repair; others idle):\n%s\n", strings.Join(nodes, "\n"))
 		}
 		fmt.Println("\nrunning; press Ctrl-C to stop")
 		<-ctx.Done()
