@@ -96,16 +96,9 @@ func run(o *options) error {
 			fmt.Println("building podprog, the project's commands and the reference CNI plugins")
 			r := testnet.Reserve(env)
 			plugins := testbin.CNIPluginDir(env)
-			programs := map[string]string{"podprog": testbin.Package(env, "podprog", "./tests/cmd/podprog")}
 			// The images the manifests name run the real programs.
-			for _, cmd := range []string{"consul-cni-installer", "consul-cni-check", "repair"} {
-				if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err == nil {
-					programs[cmd] = testbin.Project(env, cmd)
-				}
-			}
-			if _, ok := programs["consul-cni-installer"]; ok {
-				testbin.Project(env, "consul-cni") // the installer copies it from next to itself
-			}
+			programs := simnode.ProjectPrograms(env)
+			programs["podprog"] = testbin.Package(env, "podprog", "./tests/cmd/podprog")
 			for i := 0; i < o.Nodes; i++ {
 				idx, release, err := simnode.AllocSubnet()
 				if err != nil {
@@ -134,7 +127,8 @@ func run(o *options) error {
 		}
 		fmt.Printf("\nadmin kubeconfig: %s\n  export KUBECONFIG=%s\n", o.Kubeconfig, o.Kubeconfig)
 		if len(nodes) > 0 {
-			fmt.Printf("simulated nodes (images they run as programs: podprog, consul-cni-installer, consul-cni-check, repair; others idle):\n%s\n", strings.Join(nodes, "\n"))
+			fmt.Printf("simulated nodes (images they run as programs: podprog, %s; others idle):\n%s\n",
+				strings.Join(simnode.ManifestImages, ", "), strings.Join(nodes, "\n"))
 		}
 		fmt.Println("\nrunning; press Ctrl-C to stop")
 		<-ctx.Done()
