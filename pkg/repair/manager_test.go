@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,7 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 // A lost lease ends Run with ErrLeaseLost, every informer stopped and the
 // servers closed, so the process exits and is restarted as a standby.
 func TestManagerLostLeaseStopsEverything(t *testing.T) {
+	baseline := runtime.NumGoroutine()
 	api := newLeaseAPI()
 	cfg := DefaultManagerConfig()
 	cfg.LeaseNamespace, cfg.LeaseName = testLeaseNS, testLeaseName
@@ -140,4 +142,6 @@ func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	if h := api.holder(t); h != "thief" {
 		t.Errorf("holder = %q, want thief", h)
 	}
+	http.DefaultClient.CloseIdleConnections()
+	eventually(t, "every goroutine Run started to end", func() bool { return runtime.NumGoroutine() <= baseline })
 }
