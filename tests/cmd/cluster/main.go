@@ -85,11 +85,11 @@ func run(o *options) error {
 			return err
 		}
 		env.Cleanup(func() { os.Remove(o.Kubeconfig) })
+		fmt.Printf("control plane ready in %s at %s (logs in %s)\n", time.Since(start).Round(100*time.Millisecond), c.Server, c.Dir)
 		if err := c.InstallPrometheusOperatorCRDs(ctx); err != nil {
 			return err
 		}
 		fmt.Println("installed minimal CRDs of ServiceMonitor, PodMonitor and PrometheusRule (no operator runs)")
-		fmt.Printf("control plane ready in %s at %s (logs in %s)\n", time.Since(start).Round(100*time.Millisecond), c.Server, c.Dir)
 
 		var nodes []string
 		if o.Nodes > 0 {
