@@ -98,7 +98,8 @@ type Manager struct {
 	Readiness *NodeReadiness
 
 	broadcaster record.EventBroadcaster
-	watchdog    *leaderelection.HealthzAdaptor
+	// elected sequences leadership; nil without leader election.
+	elected *electedRunner
 
 	metricsLn, healthLn net.Listener
 }
@@ -129,7 +130,17 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 		}
 	}
 	if cfg.LeaderElect {
-		m.watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+		m.elected = newElectedRunner(leaderelection.LeaderElectionConfig{
+			Lock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1ObjectMeta(cfg.LeaseNamespace, cfg.LeaseName),
+				Client:     client.CoordinationV1(),
+				LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+			},
+			LeaseDuration: cfg.LeaseDuration,
+			RenewDeadline: cfg.RenewDeadline,
+			RetryPeriod:   cfg.RetryPeriod,
+			Name:          Component,
+		})
 	}
 	if m.metricsLn, err = listen(cfg.MetricsAddr); err != nil {
 		return nil, fmt.Errorf("--metrics-bind-address %q: %w", cfg.MetricsAddr, err)
@@ -164,10 +175,59 @@ func lnAddr(l net.Listener) string {
 }
 
 // Run blocks until ctx is done (graceful shutdown: controllers stop, then
-// the lease is released, then the servers stop) or leadership is lost (an
-// error: the process should exit and be restarted).
+// the lease is released, then the servers stop) or leadership is lost
+// (ErrLeaseLost: the process should exit and be restarted). Whatever ends
+// it, every informer and controller has stopped when it returns.
 func (m *Manager) Run(ctx context.Context) error {
+	servers := m.startServers(ctx)
+	defer stopServers(servers, m.cfg.ShutdownTimeout)
+
+	m.broadcaster.StartStructuredLogging(3)
+	m.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.client.CoreV1().Events("")})
+	defer m.broadcaster.Shutdown()
+
+	// Informers run on every replica so a new leader starts warm. They
+	// stop when Run returns, also after a lost lease (Shutdown waits for
+	// them, so they must be told to stop first: defers run in reverse).
+	infCtx, stopInformers := context.WithCancel(ctx)
+	m.Informers.Factory.Start(infCtx.Done())
+	defer m.Informers.Factory.Shutdown()
+	defer stopInformers()
+	go func() {
+		// The initial lists decode full objects page by page before they
+		// are slimmed; once the caches hold only slim objects, hand the
+		// pages that held them back to the OS instead of keeping them
+		// resident until the scavenger gets to them.
+		if cache.WaitForCacheSync(infCtx.Done(), m.Informers.HasSynced) {
+			debug.FreeOSMemory()
+		}
+	}()
+
+	if m.elected == nil {
+		return m.lead(ctx)
+	}
+	err := m.elected.Run(ctx, m.lead)
+	if errors.Is(err, ErrLeaseLost) {
+		klog.FromContext(ctx).Error(err, "Lease lost; stopping", "identity", m.cfg.Identity)
+	}
+	return err
+}
+
+// lead runs the controllers, counted as leading, until ctx is done.
+func (m *Manager) lead(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	logger.Info("Leading", "identity", m.cfg.Identity)
+	m.Metrics.Leader.Set(1)
+	defer func() {
+		m.Metrics.Leader.Set(0)
+		logger.Info("Not leading", "identity", m.cfg.Identity)
+	}()
+	return m.runControllers(ctx)
+}
+
+// startServers serves the metrics and health endpoints on the listeners
+// NewManager bound.
+func (m *Manager) startServers(ctx context.Context) []*http.Server {
 	var servers []*http.Server
 	if m.metricsLn != nil {
 		mux := http.NewServeMux()
@@ -184,8 +244,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.healthLn != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if m.watchdog != nil {
-				if err := m.watchdog.Check(r); err != nil {
+			if m.elected != nil {
+				if err := m.elected.Check(r); err != nil {
 					http.Error(w, err.Error(), http.StatusInternalServerError)
 					return
 				}
@@ -201,114 +261,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		})
 		servers = append(servers, serve(ctx, m.healthLn, mux))
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout)
-		defer cancel()
-		for _, s := range servers {
-			_ = s.Shutdown(sctx)
-		}
-	}()
+	return servers
+}
 
-	m.broadcaster.StartStructuredLogging(3)
-	m.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.client.CoreV1().Events("")})
-	defer m.broadcaster.Shutdown()
-
-	// Informers run on every replica so a new leader starts warm.
-	m.Informers.Factory.Start(ctx.Done())
-	defer m.Informers.Factory.Shutdown()
-	go func() {
-		// The initial lists decode full objects page by page before they
-		// are slimmed; once the caches hold only slim objects, hand the
-		// pages that held them back to the OS instead of keeping them
-		// resident until the scavenger gets to them.
-		if cache.WaitForCacheSync(ctx.Done(), m.Informers.HasSynced) {
-			debug.FreeOSMemory()
-		}
-	}()
-
-	if !m.cfg.LeaderElect {
-		m.Metrics.Leader.Set(1)
-		defer m.Metrics.Leader.Set(0)
-		return m.runControllers(ctx)
+func stopServers(servers []*http.Server, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(ctx)
 	}
-
-	// The lease is released only after the controllers have stopped, so
-	// two replicas never act at once during a graceful hand-over.
-	leCtx, leCancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer leCancel()
-	var (
-		mu       sync.Mutex
-		running  sync.WaitGroup
-		runErr   error
-		started  bool
-		shutdown bool
-	)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1ObjectMeta(m.cfg.LeaseNamespace, m.cfg.LeaseName),
-			Client:     m.client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: m.cfg.Identity},
-		},
-		LeaseDuration:   m.cfg.LeaseDuration,
-		RenewDeadline:   m.cfg.RenewDeadline,
-		RetryPeriod:     m.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		WatchDog:        m.watchdog,
-		Name:            Component,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				mu.Lock()
-				if shutdown {
-					mu.Unlock()
-					return
-				}
-				started = true
-				running.Add(1)
-				mu.Unlock()
-				defer running.Done()
-				cctx, cancel := context.WithCancel(lctx)
-				defer cancel()
-				stop := context.AfterFunc(ctx, cancel)
-				defer stop()
-				logger.Info("Leading", "identity", m.cfg.Identity)
-				m.Metrics.Leader.Set(1)
-				defer m.Metrics.Leader.Set(0)
-				if err := m.runControllers(cctx); err != nil {
-					mu.Lock()
-					runErr = err
-					mu.Unlock()
-				}
-			},
-			OnStoppedLeading: func() {
-				m.Metrics.Leader.Set(0)
-				logger.Info("Not leading", "identity", m.cfg.Identity)
-			},
-		},
-	})
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		mu.Lock()
-		shutdown = true
-		mu.Unlock()
-		running.Wait() // controllers observed ctx and stopped
-		leCancel()     // now release the lease
-	}()
-	le.Run(leCtx)
-	mu.Lock()
-	shutdown = true
-	wasLeader := started
-	mu.Unlock()
-	running.Wait()
-	if runErr != nil {
-		return runErr
-	}
-	if ctx.Err() == nil && wasLeader {
-		return errors.New("leader election lost")
-	}
-	return nil
 }
 
 func (m *Manager) runControllers(ctx context.Context) error {

@@ -2,14 +2,18 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -91,4 +95,53 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 	if c, _ := get(t, health+"/healthz"); c == 200 {
 		t.Fatal("health server still up after shutdown")
 	}
+}
+
+// A lost lease ends Run with ErrLeaseLost, every informer stopped and the
+// servers closed, so the process exits and is restarted as a standby.
+func TestManagerLostLeaseStopsEverything(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	api := newLeaseAPI()
+	cfg := DefaultManagerConfig()
+	cfg.LeaseNamespace, cfg.LeaseName = testLeaseNS, testLeaseName
+	cfg.Identity = "replica-a"
+	cfg.MetricsAddr = "0"
+	cfg.HealthAddr = "127.0.0.1:0"
+	cfg.NodeReadiness = true
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	m, err := NewManager(api, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	health := "http://" + m.HealthAddr()
+	eventually(t, "leadership", func() bool { return testutil.ToFloat64(m.Metrics.Leader) == 1 })
+	eventually(t, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
+
+	api.steal(t)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("Run = %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after the lease was lost")
+	}
+	for name, inf := range map[string]cache.SharedIndexInformer{"pods": m.Informers.Pods, "nodes": m.Informers.Nodes, "cni pods": m.Informers.CNIPods} {
+		if !inf.IsStopped() {
+			t.Errorf("%s informer still running", name)
+		}
+	}
+	if v := testutil.ToFloat64(m.Metrics.Leader); v != 0 {
+		t.Errorf("leader gauge = %v after the lease was lost", v)
+	}
+	if c, _ := get(t, health+"/healthz"); c == 200 {
+		t.Error("healthz still answers 200 after Run returned")
+	}
+	if h := api.holder(t); h != "thief" {
+		t.Errorf("holder = %q, want thief", h)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	eventually(t, "every goroutine Run started to end", func() bool { return runtime.NumGoroutine() <= baseline })
 }

@@ -310,12 +310,11 @@ func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod *co
 		// once the informer has the current node.
 		return fmt.Errorf("patch node %s: %w", name, err)
 	}
-	desc := strings.Join(changes, ", ")
+	desc := n.describeChanges(changes)
 	if cniPod != nil {
 		logger.Info("Node CNI ready", "cniPod", klog.KObj(cniPod))
 		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIReady,
-			"CNI pod %s/%s is Ready: %s (%s=%s, startup taint %s)", cniPod.Namespace, cniPod.Name, desc,
-			annotations.LabelCNIReady, annotations.LabelCNIReadyValue, n.cfg.StartupTaintKey)
+			"CNI pod %s/%s is Ready: %s", cniPod.Namespace, cniPod.Name, desc)
 	} else {
 		logger.Info("Node CNI not ready")
 		n.recorder.Eventf(node, corev1.EventTypeWarning, EventCNINotReady,
@@ -328,10 +327,10 @@ func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod *co
 // make, once per node and decision: the node does not change, so without
 // this every update of its CNI pod would repeat it.
 func (n *NodeReadiness) reportDryRun(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, changes []string) {
-	desc := strings.Join(changes, ", ")
-	if desc == "" {
+	if len(changes) == 0 || (len(changes) == 1 && changes[0] == ChangeReadySinceAdded) {
 		return // only a backfill of the ready-since annotation
 	}
+	desc := n.describeChanges(changes)
 	n.mu.Lock()
 	same := n.dryRun[node.Name] == desc
 	n.dryRun[node.Name] = desc
@@ -343,19 +342,41 @@ func (n *NodeReadiness) reportDryRun(ctx context.Context, node *corev1.Node, cni
 	if cniPod != nil {
 		logger.Info("Dry run: would mark node CNI ready", "cniPod", klog.KObj(cniPod))
 		n.recorder.Eventf(node, corev1.EventTypeNormal, EventWouldMarkCNIReady,
-			"Dry run: CNI pod %s/%s is Ready: would make %s (%s=%s, startup taint %s)", cniPod.Namespace, cniPod.Name, desc,
-			annotations.LabelCNIReady, annotations.LabelCNIReadyValue, n.cfg.StartupTaintKey)
+			"Dry run: CNI pod %s/%s is Ready: would have %s", cniPod.Namespace, cniPod.Name, desc)
 		return
 	}
 	logger.Info("Dry run: would mark node CNI not ready")
 	n.recorder.Eventf(node, corev1.EventTypeNormal, EventWouldMarkCNINotReady,
-		"Dry run: no Ready CNI pod (%s in %s) on this node: would make %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)
+		"Dry run: no Ready CNI pod (%s in %s) on this node: would have %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)
 }
 
 func (n *NodeReadiness) forgetDryRun(name string) {
 	n.mu.Lock()
 	delete(n.dryRun, name)
 	n.mu.Unlock()
+}
+
+// describeChanges says what the patch changed, and only that, for an Event.
+func (n *NodeReadiness) describeChanges(changes []string) string {
+	label := annotations.LabelCNIReady + "=" + annotations.LabelCNIReadyValue
+	out := make([]string, 0, len(changes))
+	for _, c := range changes {
+		switch c {
+		case ChangeLabelAdded:
+			out = append(out, "added label "+label)
+		case ChangeLabelRemoved:
+			out = append(out, "removed label "+label)
+		case ChangeTaintRemoved:
+			out = append(out, "removed startup taint "+n.cfg.StartupTaintKey)
+		case ChangeTaintAdded:
+			out = append(out, "added startup taint "+n.cfg.StartupTaintKey+":"+string(n.cfg.StartupTaintEffect))
+		case ChangeReadySinceAdded:
+			out = append(out, "added annotation "+annotations.AnnotationCNIReadySince)
+		default:
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func hasTaint(taints []corev1.Taint, key string) bool {

@@ -353,3 +353,44 @@ func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
 		t.Fatalf("not ready: labels %v annotations %v", n.Labels, n.Annotations)
 	}
 }
+func TestNodeReadinessEventsSayOnlyWhatChanged(t *testing.T) {
+	label := annotations.LabelCNIReady + "=" + annotations.LabelCNIReadyValue
+	taint := "startup taint " + annotations.TaintCNINotReady
+	for _, tc := range []struct {
+		name       string
+		readd      bool
+		node       *corev1.Node
+		cni        *corev1.Pod
+		want       string
+		notContain string
+	}{
+		{name: "label only", node: newNode(nil), cni: cniPod("n1", true, -time.Second),
+			want: "Normal " + EventCNIReady + " CNI pod " + DefaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label, notContain: "taint"},
+		{name: "taint only", node: withReadySince(newNode(map[string]string{annotations.LabelCNIReady: "ready"}, startupTaint(corev1.TaintEffectNoSchedule))), cni: cniPod("n1", true, -time.Second),
+			want: "Normal " + EventCNIReady + " CNI pod " + DefaultCNINamespace + "/consul-cni-n1 is Ready: removed " + taint, notContain: "label"},
+		{name: "both", node: newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cni: cniPod("n1", true, -time.Second),
+			want: "Normal " + EventCNIReady + " CNI pod " + DefaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label + ", removed " + taint},
+		{name: "label removed", node: newNode(map[string]string{annotations.LabelCNIReady: "ready"}),
+			want: "removed label " + label, notContain: "taint"},
+		{name: "label removed, taint re-added", readd: true, node: newNode(map[string]string{annotations.LabelCNIReady: "ready"}),
+			want: "removed label " + label + ", added " + taint + ":NoSchedule"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = tc.readd }, tc.node, tc.cni)
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			e := <-h.recorder.Events
+			if !strings.Contains(e, tc.want) || (tc.notContain != "" && strings.Contains(strings.SplitN(e, ": ", 2)[1], tc.notContain)) {
+				t.Fatalf("event %q: want %q and nothing about %q", e, tc.want, tc.notContain)
+			}
+		})
+	}
+}
+
+// withReadySince gives a node labelled ready the baseline annotation it
+// would carry, so that no backfill is part of the change.
+func withReadySince(n *corev1.Node) *corev1.Node {
+	n.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0)}
+	return n
+}

@@ -50,6 +50,10 @@ import (
 // kube-proxy): Services exist as API objects only.
 const ServiceCIDR = "198.19.0.0/16"
 
+// KubeletAddressTypes is the apiserver's --kubelet-preferred-address-types:
+// only the InternalIP a node reports, so a node name is never resolved.
+const KubeletAddressTypes = "InternalIP"
+
 // Issuer is the service-account token issuer (and default audience).
 const Issuer = "https://kubernetes.default.svc.cluster.local"
 
@@ -90,6 +94,14 @@ type Cluster struct {
 	keep     bool
 	procs    []*component
 	stopOnce sync.Once
+
+	// apiserver is how kube-apiserver was started (StartAPIServer again);
+	// its lock guards replacing the process of its component.
+	apiserver struct {
+		sync.Mutex
+		bin  string
+		args []string
+	}
 }
 
 type component struct {
@@ -192,11 +204,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			"--service-account-issuer=" + Issuer,
 			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--allow-privileged=true",
+			// Kubelets (simulated nodes) by the InternalIP they report,
+			// never by resolving a node name: nothing leaves the machine.
+			"--kubelet-preferred-address-types=" + KubeletAddressTypes,
+			"--kubelet-client-certificate=" + pk.KubeletClientCert,
+			"--kubelet-client-key=" + pk.KubeletClientKey,
 			"--profiling=false",
 			"--enable-priority-and-fairness=false",
 			"--v=" + strconv.Itoa(opts.Verbosity),
 		}
-		comp, err := c.start("kube-apiserver", filepath.Join(opts.KubeBinDir, "kube-apiserver"), args)
+		c.apiserver.bin, c.apiserver.args = filepath.Join(opts.KubeBinDir, "kube-apiserver"), args
+		comp, err := c.start("kube-apiserver", c.apiserver.bin, args)
 		if err != nil {
 			return nil, err
 		}
@@ -401,6 +419,8 @@ func freePort() (int, error) {
 // Exited returns a description of every component that is no longer
 // running; an empty result means all are up.
 func (c *Cluster) Exited() []string {
+	c.apiserver.Lock()
+	defer c.apiserver.Unlock()
 	var out []string
 	for _, comp := range c.procs {
 		select {
@@ -417,6 +437,8 @@ func (c *Cluster) Exited() []string {
 // asked to keep it. It is safe to call more than once.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
+		c.apiserver.Lock()
+		defer c.apiserver.Unlock()
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			c.procs[i].p.Stop(10 * time.Second)
 		}
@@ -424,6 +446,67 @@ func (c *Cluster) Stop() {
 			_ = os.RemoveAll(c.Dir)
 		}
 	})
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10 s)
+// and leaves etcd and the other components running: an API outage, until
+// StartAPIServer. Exited reports it meanwhile.
+func (c *Cluster) StopAPIServer() {
+	c.apiserver.Lock()
+	defer c.apiserver.Unlock()
+	if comp := c.component("kube-apiserver"); comp != nil {
+		comp.p.Stop(10 * time.Second)
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the
+// same flags (address, port, certificates, tokens, etcd), and waits until
+// it is ready. Its log is appended to the first run's.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	c.apiserver.Lock()
+	defer c.apiserver.Unlock()
+	old := c.component("kube-apiserver")
+	if old == nil {
+		return errors.New("kube-apiserver was never started")
+	}
+	select {
+	case <-old.p.Done():
+	default:
+		return errors.New("kube-apiserver is running")
+	}
+	f, err := os.OpenFile(old.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.apiserver.bin, c.apiserver.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Dir = c.Dir
+	p, err := proc.Start(cmd, "")
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("restart kube-apiserver: %w", err)
+	}
+	old.p = p // Stop and Exited follow the new process
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	return waitHTTP(ctx, old, c.Server+"/readyz", c.Config.BearerToken, c.CAData)
+}
+
+// APIServerFlags returns the flags kube-apiserver was started with.
+func (c *Cluster) APIServerFlags() []string {
+	c.apiserver.Lock()
+	defer c.apiserver.Unlock()
+	return append([]string(nil), c.apiserver.args...)
+}
+
+// component returns the started component of that name (nil if none).
+func (c *Cluster) component(name string) *component {
+	for _, comp := range c.procs {
+		if comp.name == name {
+			return comp
+		}
+	}
+	return nil
 }
 
 // WaitForServiceAccount waits until the ServiceAccount exists (namespaces

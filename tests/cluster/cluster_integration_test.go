@@ -15,7 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -132,12 +135,16 @@ func TestControllersAndScheduler(t *testing.T) {
 	// kube-controller-manager's node lifecycle controller writes the new
 	// Node too (taints, conditions): retry on its conflicts.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		// By name: a failed update leaves n empty.
+		cur, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		cur.Status = node.Status
-		n, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		updated, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			n = updated
+		}
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -190,3 +197,35 @@ func TestControllersAndScheduler(t *testing.T) {
 var authnSelfSubjectReview = authenticationv1.SelfSubjectReview{}
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// The Prometheus Operator kinds the manifests use can be created once the
+// minimal CRDs are installed (twice: it is idempotent).
+func TestPrometheusOperatorCRDs(t *testing.T) {
+	c := Shared(t)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if err := c.InstallPrometheusOperatorCRDs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := c.Namespace(t)
+	dc := dynamic.NewForConfigOrDie(c.Config)
+	for kind, resource := range map[string]string{"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"} {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "monitoring.coreos.com/v1", "kind": kind,
+			"metadata": map[string]any{"name": "x"},
+			"spec":     map[string]any{"anything": []any{"kept"}},
+		}}
+		gvr := schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: resource}
+		if _, err := dc.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", kind, err)
+		}
+		got, err := dc.Resource(gvr).Namespace(ns).Get(ctx, "x", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _, _ := unstructured.NestedSlice(got.Object, "spec", "anything"); len(v) != 1 {
+			t.Fatalf("%s spec not kept: %v", kind, got.Object["spec"])
+		}
+	}
+}

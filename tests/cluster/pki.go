@@ -20,8 +20,11 @@ import (
 type pki struct {
 	CAFile, CAKeyFile       string
 	ServingCert, ServingKey string
-	SAPublic, SAPrivate     string
-	CAPEM                   []byte
+	// KubeletClientCert/Key: the apiserver's client certificate towards
+	// kubelets (simulated nodes accept only certificates of the CA).
+	KubeletClientCert, KubeletClientKey string
+	SAPublic, SAPrivate                 string
+	CAPEM                               []byte
 }
 
 func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
@@ -53,6 +56,7 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 	p := &pki{
 		CAFile: filepath.Join(dir, "ca.crt"), CAKeyFile: filepath.Join(dir, "ca.key"),
 		ServingCert: filepath.Join(dir, "apiserver.crt"), ServingKey: filepath.Join(dir, "apiserver.key"),
+		KubeletClientCert: filepath.Join(dir, "apiserver-kubelet-client.crt"), KubeletClientKey: filepath.Join(dir, "apiserver-kubelet-client.key"),
 		SAPublic: filepath.Join(dir, "sa.pub"), SAPrivate: filepath.Join(dir, "sa.key"),
 	}
 	now := time.Now().Add(-time.Hour)
@@ -111,6 +115,10 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 		return nil, err
 	}
 
+	if err := p.kubeletClient(ca, caKey, now); err != nil {
+		return nil, err
+	}
+
 	saKey, err := newKey()
 	if err != nil {
 		return nil, err
@@ -126,6 +134,30 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// kubeletClient writes the apiserver's client certificate for kubelets.
+func (p *pki) kubeletClient(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time) error {
+	key, err := newKey()
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client"},
+		NotBefore:    now,
+		NotAfter:     now.Add(10 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("kubelet client certificate: %w", err)
+	}
+	if err := writePEM(p.KubeletClientCert, "CERTIFICATE", der, 0o644); err != nil {
+		return err
+	}
+	return writeKey(p.KubeletClientKey, key)
 }
 
 func randomToken() string {

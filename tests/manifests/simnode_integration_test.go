@@ -17,7 +17,6 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -48,11 +47,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	a := newApplier(t, c)
 	ctx := context.Background()
 	r := testnet.Reserve(t)
-	testbin.Project(t, "consul-cni") // next to the installer: its default --plugin-binary
-	programs := map[string]string{
-		"consul-cni-installer": testbin.Project(t, "consul-cni-installer"),
-		"repair":               testbin.Project(t, "repair"),
-	}
+	programs := simnode.ProjectPrograms(t) // what `make cluster` runs for the manifests' images
 	node := simnode.StartForTest(t, c, r, func(cfg *simnode.Config) {
 		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 		for k, v := range programs {

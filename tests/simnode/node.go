@@ -118,6 +118,7 @@ type Node struct {
 	netReadyMsg string
 	stopOnce    sync.Once
 	api         *apiProxy
+	kubelet     *kubeletAPI
 	cniLog      *os.File
 }
 
@@ -188,9 +189,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.cniLog.Close()
 		return nil, fmt.Errorf("simnode %s: node-local API endpoint: %w", cfg.Name, err)
 	}
+	if n.kubelet, err = startKubeletAPI(n, cfg.NodeIP, cfg.RestConfig); err != nil {
+		n.cancel()
+		n.bcast.Shutdown()
+		n.api.close()
+		n.cniLog.Close()
+		return nil, fmt.Errorf("simnode %s: kubelet API: %w", cfg.Name, err)
+	}
 	if err := n.register(ctx); err != nil {
 		n.cancel()
 		n.bcast.Shutdown()
+		n.kubelet.close()
 		n.api.close()
 		n.cniLog.Close()
 		return nil, err
@@ -284,7 +293,8 @@ func (n *Node) nodeObject() *corev1.Node {
 				KernelVersion:           "simulated",
 				OSImage:                 "consul-cni-repair simulated node",
 			},
-			Conditions: n.conditions(nil),
+			Conditions:      n.conditions(nil),
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: n.kubelet.port()}},
 		},
 	}
 }
@@ -588,6 +598,7 @@ func (n *Node) Stop() {
 		n.cancel()
 		n.wg.Wait()
 		n.bcast.Shutdown()
+		n.kubelet.close()
 		n.api.close()
 		n.cniLog.Close()
 		if !n.cfg.KeepNode {

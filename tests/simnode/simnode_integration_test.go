@@ -608,3 +608,78 @@ func TestRecreateSandbox(t *testing.T) {
 		t.Fatalf("proxy container: %+v restarts %d", cs.State, cs.RestartCount)
 	}
 }
+
+// The apiserver reaches simulated nodes by the InternalIP they report (its
+// --kubelet-preferred-address-types names nothing else, so no node name is
+// ever resolved) and `kubectl logs` works: container output, of init
+// containers and of the previous instance too, comes back through the
+// apiserver from the node's kubelet endpoint on its loopback address.
+func TestLogsThroughAPIServerByInternalIP(t *testing.T) {
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	n := simnode.StartForTest(t, c, r, nil)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+
+	if flags := strings.Join(c.APIServerFlags(), " "); !strings.Contains(flags, "--kubelet-preferred-address-types=InternalIP ") {
+		t.Fatalf("apiserver flags lack --kubelet-preferred-address-types=InternalIP alone: %s", flags)
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range nodes.Items {
+		var ip string
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ip = a.Address
+			}
+		}
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			t.Fatalf("node %s reports no InternalIP: %v", node.Name, node.Status.Addresses)
+		}
+		if node.Name == n.Name() && (!r.V4.Contains(addr) || node.Status.DaemonEndpoints.KubeletEndpoint.Port == 0) {
+			t.Fatalf("node %s: InternalIP %s outside the test's addresses or no kubelet port (%d)", node.Name, ip, node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+		}
+	}
+
+	p := pod("talker", n.Name(), []corev1.Container{prog("init", "connect-init")}, prog("app", "proxy"))
+	create(t, c.Client, ns, p)
+	crash := pod("crash", n.Name(), nil, prog("app", "exit", "--code=3", "--message=run ended", "--termination-log=/dev/termination-log"))
+	create(t, c.Client, ns, crash)
+	waitPod(t, c.Client, ns, "talker", "Ready", func(p *corev1.Pod) bool { return condition(p, corev1.PodReady) == corev1.ConditionTrue })
+	waitPod(t, c.Client, ns, "crash", "restarted", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+	})
+
+	logs := func(name string, o *corev1.PodLogOptions) string {
+		t.Helper()
+		var out string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			b, err := c.Client.CoreV1().Pods(ns).GetLogs(name, o).DoRaw(ctx)
+			out = string(b)
+			if err != nil {
+				out = err.Error()
+			}
+			return err == nil && out != "", nil
+		})
+		if err != nil {
+			t.Fatalf("logs of %s %+v: %s", name, o, out)
+		}
+		return out
+	}
+	if got := logs("talker", &corev1.PodLogOptions{Container: "app"}); !strings.HasPrefix(got, "proxy: listening on 15001") {
+		t.Fatalf("app logs %q", got)
+	}
+	if got := logs("talker", &corev1.PodLogOptions{Container: "init"}); got != "connect-init: done\n" {
+		t.Fatalf("init logs %q", got)
+	}
+	if got := logs("crash", &corev1.PodLogOptions{Container: "app", Previous: true}); got != "run ended\n" {
+		t.Fatalf("previous logs %q", got)
+	}
+	one := int64(1)
+	if got := logs("talker", &corev1.PodLogOptions{Container: "app", TailLines: &one}); strings.Count(got, "\n") != 1 {
+		t.Fatalf("tailLines=1 gave %q", got)
+	}
+}

@@ -64,6 +64,28 @@ func NewRoot(pluginDir string, r *testnet.Range, subnet int) (string, error) {
 	return root, SetupRoot(root, pluginDir, r.Subnet4(subnet, 24))
 }
 
+// ManifestImages are the basenames of the images the manifests name; on
+// simulated nodes they run the commands of the same name built from this
+// tree (ProjectPrograms).
+var ManifestImages = []string{"consul-cni-installer", "consul-cni-check", "repair"}
+
+// ProjectPrograms builds the commands of ManifestImages that this tree has
+// (and consul-cni next to the installer, which copies it from there) and
+// returns them as Config.Programs entries.
+func ProjectPrograms(tb testbin.TB) map[string]string {
+	tb.Helper()
+	programs := map[string]string{}
+	for _, cmd := range ManifestImages {
+		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err == nil {
+			programs[cmd] = testbin.Project(tb, cmd)
+		}
+	}
+	if _, ok := programs["consul-cni-installer"]; ok {
+		testbin.Project(tb, "consul-cni")
+	}
+	return programs
+}
+
 // StartForTest starts a node for a test against the shared control plane:
 // a fresh root with the primary network (ptp + host-local, a /24 of the
 // test's address slot), podprog known as image "podprog", kubelet-like

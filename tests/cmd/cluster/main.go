@@ -86,21 +86,19 @@ func run(o *options) error {
 		}
 		env.Cleanup(func() { os.Remove(o.Kubeconfig) })
 		fmt.Printf("control plane ready in %s at %s (logs in %s)\n", time.Since(start).Round(100*time.Millisecond), c.Server, c.Dir)
+		if err := c.InstallPrometheusOperatorCRDs(ctx); err != nil {
+			return err
+		}
+		fmt.Println("installed minimal CRDs of ServiceMonitor, PodMonitor and PrometheusRule (no operator runs)")
 
 		var nodes []string
 		if o.Nodes > 0 {
-			fmt.Println("building podprog and the reference CNI plugins")
+			fmt.Println("building podprog, the project's commands and the reference CNI plugins")
 			r := testnet.Reserve(env)
 			plugins := testbin.CNIPluginDir(env)
-			programs := map[string]string{"podprog": testbin.Package(env, "podprog", "./tests/cmd/podprog")}
-			for _, cmd := range []string{"consul-cni-installer", "consul-cni-check"} {
-				if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err == nil {
-					programs[cmd] = testbin.Project(env, cmd)
-				}
-			}
-			if _, ok := programs["consul-cni-installer"]; ok {
-				testbin.Project(env, "consul-cni") // the installer copies it from next to itself
-			}
+			// The images the manifests name run the real programs.
+			programs := simnode.ProjectPrograms(env)
+			programs["podprog"] = testbin.Package(env, "podprog", "./tests/cmd/podprog")
 			for i := 0; i < o.Nodes; i++ {
 				idx, release, err := simnode.AllocSubnet()
 				if err != nil {
@@ -129,7 +127,8 @@ func run(o *options) error {
 		}
 		fmt.Printf("\nadmin kubeconfig: %s\n  export KUBECONFIG=%s\n", o.Kubeconfig, o.Kubeconfig)
 		if len(nodes) > 0 {
-			fmt.Printf("simulated nodes (images they run as programs: podprog, consul-cni-installer, consul-cni-check; others idle):\n%s\n", strings.Join(nodes, "\n"))
+			fmt.Printf("simulated nodes (images they run as programs: podprog, %s; others idle):\n%s\n",
+				strings.Join(simnode.ManifestImages, ", "), strings.Join(nodes, "\n"))
 		}
 		fmt.Println("\nrunning; press Ctrl-C to stop")
 		<-ctx.Done()

@@ -1,0 +1,161 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// ErrLeaseLost is returned by Run when this replica lost its lease (renewal
+// refused or impossible for the renew deadline): the process should exit
+// and be restarted, to start again as a standby.
+var ErrLeaseLost = errors.New("leader election lost")
+
+// errLeadStopped is returned when the work run as leader returned on its
+// own, without shutdown or lease loss.
+var errLeadStopped = errors.New("controllers stopped while leading")
+
+// healthTolerance is how long past the lease's expiry an unrenewed lease is
+// still reported healthy by the elector's watchdog.
+const healthTolerance = 20 * time.Second
+
+// electedRunner runs a function only while this replica holds a Lease and
+// sequences its end:
+//   - shutdown (ctx done): the function's context is canceled, Run waits for
+//     it to return, and only then is the lease released, so two replicas
+//     never act at once during a graceful hand-over;
+//   - lease lost: Check fails from that moment on, the function's context is
+//     canceled, Run waits for it and returns ErrLeaseLost;
+//   - the function returns on its own: the lease is released and Run returns
+//     its error.
+//
+// It is used once.
+type electedRunner struct {
+	// config holds the lock, the durations and the name; Run sets the
+	// callbacks, ReleaseOnCancel and the watchdog.
+	config   leaderelection.LeaderElectionConfig
+	watchdog *leaderelection.HealthzAdaptor
+	lost     atomic.Bool
+}
+
+func newElectedRunner(config leaderelection.LeaderElectionConfig) *electedRunner {
+	return &electedRunner{config: config, watchdog: leaderelection.NewLeaderHealthzAdaptor(healthTolerance)}
+}
+
+// Check is the liveness check: it fails once the lease was lost (until the
+// process exits) and while the leader's renewal is overdue.
+func (e *electedRunner) Check(r *http.Request) error {
+	if e.lost.Load() {
+		return ErrLeaseLost
+	}
+	return e.watchdog.Check(r)
+}
+
+// electedState is what the elector's callbacks and Run share.
+type electedState struct {
+	mu      sync.Mutex
+	closed  bool // shut down, or the elector returned: never start leading
+	started bool
+	done    chan struct{} // closed when lead returned (if started)
+	err     error         // lead's result
+	ownStop bool          // lead returned while its context was live
+}
+
+// Run blocks until ctx is done (nil, or lead's error), the lease is lost
+// (ErrLeaseLost) or lead returns on its own (its error).
+func (e *electedRunner) Run(ctx context.Context, lead func(context.Context) error) error {
+	// The elector outlives ctx: the lease is released only once lead
+	// has returned.
+	leCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	st := &electedState{done: make(chan struct{})}
+	stopShutdown := context.AfterFunc(ctx, func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.closed = true
+		if !st.started {
+			stopElector()
+		} // else lead sees ctx done, returns, and then stops the elector
+	})
+	defer stopShutdown()
+
+	cfg := e.config
+	cfg.ReleaseOnCancel = true
+	cfg.WatchDog = e.watchdog
+	cfg.Callbacks = leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(lctx context.Context) {
+			defer stopElector() // whatever ended lead, give the lease up
+			e.lead(ctx, lctx, st, lead)
+		},
+		OnStoppedLeading: func() {
+			if ctx.Err() == nil {
+				e.lost.Store(true)
+			}
+		},
+	}
+	le, err := leaderelection.NewLeaderElector(cfg)
+	if err != nil {
+		return err
+	}
+	le.Run(leCtx)
+
+	st.mu.Lock()
+	st.closed = true
+	started := st.started
+	st.mu.Unlock()
+	if !started {
+		if ctx.Err() != nil {
+			return nil
+		}
+		e.lost.Store(true)
+		return ErrLeaseLost
+	}
+	<-st.done
+	switch {
+	case ctx.Err() != nil:
+		return st.err
+	case st.ownStop:
+		if st.err == nil {
+			return errLeadStopped
+		}
+		return st.err
+	}
+	e.lost.Store(true)
+	return errors.Join(ErrLeaseLost, st.err)
+}
+
+// lead runs lead with a context that ends at shutdown (ctx) or with the
+// leadership (lctx, canceled by the elector when renewal failed), unless Run
+// has already closed st. A lost lease is recorded before lead's context is
+// canceled, so Check fails while the controllers stop.
+func (e *electedRunner) lead(ctx, lctx context.Context, st *electedState, lead func(context.Context) error) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.started = true
+	st.mu.Unlock()
+	cctx, cancel := context.WithCancel(context.WithoutCancel(lctx))
+	defer cancel()
+	stopShutdown := context.AfterFunc(ctx, cancel)
+	defer stopShutdown()
+	stopLost := context.AfterFunc(lctx, func() {
+		if ctx.Err() == nil {
+			e.lost.Store(true)
+		}
+		cancel()
+	})
+	err := lead(cctx)
+	own := cctx.Err() == nil
+	stopLost() // from here on the elector stops because lead returned
+	st.mu.Lock()
+	st.err, st.ownStop = err, own
+	st.mu.Unlock()
+	close(st.done)
+}
