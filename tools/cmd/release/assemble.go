@@ -182,4 +182,3 @@ func fileSHA256(path string) ([]byte, error) {
 	}
 	return h.Sum(nil), nil
 }
-
