@@ -94,27 +94,33 @@ func (o *options) Validate() error {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	code := run(os.Args[1:])
+	cmdutil.Flush()
+	os.Exit(code)
 }
+
+const command = "consul-cni-check"
 
 func run(args []string) int {
 	o := &options{}
-	fs := pflag.NewFlagSet("consul-cni-check", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs, "v", "vmodule")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	logging := cmdutil.NewLogging()
+	logging.AddFlags(fs)
+	if code, done := cmdutil.Parse(fs, command, args); done {
+		return code
+	}
+	if err := logging.Apply(); err != nil {
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintf(os.Stderr, "consul-cni-check: unexpected arguments %q\n", fs.Args())
-		return 2
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unexpected arguments %q", fs.Args()))
+		return cmdutil.ExitUsage
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "consul-cni-check: %v\n", err)
-		return 2
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -8,10 +8,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,9 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,22 +93,28 @@ func (o *options) config() install.Config {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	code := run(os.Args[1:])
+	cmdutil.Flush()
+	os.Exit(code)
 }
+
+const command = "consul-cni-installer"
 
 func run(args []string) int {
 	o := &options{}
-	fs := pflag.NewFlagSet("consul-cni-installer", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs, "v", "vmodule")
+	logging := cmdutil.NewLogging()
+	logging.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := cmdutil.Parse(fs, command, args); done {
+		return code
+	}
+	if err := logging.Apply(); err != nil {
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	sub := "run"
 	switch rest := fs.Args(); len(rest) {
@@ -121,12 +122,12 @@ func run(args []string) int {
 	case 1:
 		sub = rest[0]
 	default:
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: one subcommand expected, got %q\n", strings.Join(rest, " "))
-		return 2
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("one subcommand expected, got %q", strings.Join(rest, " ")))
+		return cmdutil.ExitUsage
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
-		return 2
+		cmdutil.UsageError(os.Stderr, command, err)
+		return cmdutil.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -167,8 +168,8 @@ func run(args []string) int {
 		logger.Info("Uninstalled consul-cni from the node")
 		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: unknown subcommand %q (want run, ready or uninstall)\n", sub)
-		return 2
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready or uninstall)", sub))
+		return cmdutil.ExitUsage
 	}
 }
 
@@ -207,23 +208,13 @@ func runInstaller(ctx context.Context, o *options) error {
 	}
 	cfg.PodAlive = podAlive(client)
 	if o.MetricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		cfg.Metrics = install.NewMetrics(reg)
-		ln, err := net.Listen("tcp", o.MetricsAddr)
+		m, addr, stop, err := serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Metrics server stopped")
-			}
-		}()
-		defer srv.Close()
-		logger.Info("Serving metrics", "address", ln.Addr().String())
+		defer stop()
+		cfg.Metrics = m
+		logger.Info("Serving metrics", "address", addr.String())
 	}
 	in, err := install.New(cfg)
 	if err != nil {

@@ -19,7 +19,7 @@ func parse(t *testing.T, args []string) (*options, []string, error) {
 	o := &options{}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs, "v", "vmodule")
+	cmdutil.NewLogging().AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}

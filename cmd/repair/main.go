@@ -119,13 +119,20 @@ func (o *options) restConfig() (*rest.Config, error) {
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
+		var u usageError
+		if errors.As(err, &u) {
+			os.Exit(u.code)
 		}
 		fmt.Fprintln(os.Stderr, "repair:", err)
 		os.Exit(1)
 	}
 }
+
+// usageError ends the command before it starts with code: 0 after --help
+// or --version, cmdutil.ExitUsage after a bad command line (already printed).
+type usageError struct{ code int }
+
+func (e usageError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // defaultGCPercent replaces Go's 100 when GOGC is not set: the controller
 // allocates little once its caches are filled, so a tighter heap goal costs
@@ -140,15 +147,25 @@ func run(args []string) error {
 	fs.SortFlags = false
 	o := newOptions()
 	o.AddFlags(fs)
-	cmdutil.AddKlogFlags(fs)
+	logging := cmdutil.NewLogging()
+	logging.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	if code, done := cmdutil.Parse(fs, "repair", args); done {
+		return usageError{code}
+	}
+	if fs.NArg() != 0 {
+		cmdutil.UsageError(os.Stderr, "repair", fmt.Errorf("unexpected arguments %q", fs.Args()))
+		return usageError{cmdutil.ExitUsage}
+	}
+	if err := logging.Apply(); err != nil {
+		cmdutil.UsageError(os.Stderr, "repair", err)
+		return usageError{cmdutil.ExitUsage}
 	}
 	if err := o.Validate(); err != nil {
-		return err
+		cmdutil.UsageError(os.Stderr, "repair", err)
+		return usageError{cmdutil.ExitUsage}
 	}
 	cfg, err := o.restConfig()
 	if err != nil {

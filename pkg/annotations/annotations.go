@@ -11,6 +11,11 @@ import (
 	"strings"
 )
 
+// KeyConnectInject is the pod annotation the consul-k8s webhook obeys:
+// "false" keeps a pod out of the mesh even where injection is the default
+// (connectInject.default=true). This project's own pods carry it.
+const KeyConnectInject = "consul.hashicorp.com/connect-inject"
+
 // Pod markers written by the consul-k8s connect-inject webhook.
 const (
 	// KeyInjectStatus is set (as annotation and label) to "injected" on every

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 func writeKubeconfig(t *testing.T, server string) string {
@@ -56,26 +54,4 @@ func TestRESTConfigSources(t *testing.T) {
 	if _, err := RESTConfig(missing); err == nil || !strings.Contains(err.Error(), "--kubeconfig "+missing) {
 		t.Fatalf("a missing file must be named with its source: err %v", err)
 	}
-}
-
-func TestAddKlogFlags(t *testing.T) {
-	some := pflag.NewFlagSet("some", pflag.ContinueOnError)
-	AddKlogFlags(some, "v", "vmodule")
-	if some.Lookup("v") == nil || some.Lookup("vmodule") == nil || some.Lookup("logtostderr") != nil {
-		t.Fatalf("only the named flags: v=%v vmodule=%v logtostderr=%v", some.Lookup("v"), some.Lookup("vmodule"), some.Lookup("logtostderr"))
-	}
-	if err := some.Parse([]string{"-v=4"}); err != nil {
-		t.Fatal(err)
-	}
-	all := pflag.NewFlagSet("all", pflag.ContinueOnError)
-	AddKlogFlags(all)
-	if all.Lookup("logtostderr") == nil || all.Lookup("v") == nil {
-		t.Fatal("without names every klog flag is registered")
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("an unknown klog flag name must panic (a programming error)")
-		}
-	}()
-	AddKlogFlags(pflag.NewFlagSet("bad", pflag.ContinueOnError), "no-such-flag")
 }

@@ -1,31 +1,46 @@
 package install
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"runtime"
 
-// Metrics are the installer's Prometheus metrics (prefix consul_cni_).
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
+)
+
+// MetricsPrefix starts the name of every installer metric.
+const MetricsPrefix = "consul_cni_installer_"
+
+// Metrics are the installer's Prometheus metrics (prefix MetricsPrefix).
 type Metrics struct {
 	Reconciles *prometheus.CounterVec
 	Writes     *prometheus.CounterVec
 	Chained    prometheus.Gauge
+	BuildInfo  *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "consul_cni_installer_reconciles_total",
+			Name: MetricsPrefix + "reconciles_total",
 			Help: "Passes over the node's CNI configuration, by result (chained, waiting: no primary network yet, error).",
 		}, []string{"result"}),
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "consul_cni_installer_writes_total",
+			Name: MetricsPrefix + "writes_total",
 			Help: "Files the installer wrote, by what (binary, kubeconfig, token, chain, convert).",
 		}, []string{"what"}),
 		Chained: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "consul_cni_installer_chained",
+			Name: MetricsPrefix + "chained",
 			Help: "1 when consul-cni is the last plugin of the network the runtime reads and its binary is installed.",
 		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricsPrefix + "build_info",
+			Help: "Build information; always 1.",
+		}, []string{"version", "go_version"}),
 	}
-	reg.MustRegister(m.Reconciles, m.Writes, m.Chained)
+	m.BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
+	reg.MustRegister(m.Reconciles, m.Writes, m.Chained, m.BuildInfo)
 	return m
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
 // Plugin holds the plugin's dependencies; the zero value is not usable, use
@@ -323,6 +324,8 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
+	_, closeLog := p.logger(conf, "STATUS", args, cniArgs{})
+	defer closeLog()
 	backends := []redirect.Backend{conf.backend}
 	if conf.autoBackend {
 		backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy, redirect.BackendDefault}
@@ -359,9 +362,12 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // namespaces, which disappear with their sandboxes, so there is nothing to
 // collect.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	if _, err := parseConfig(args.StdinData); err != nil {
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
 		return err
 	}
+	_, closeLog := p.logger(conf, "GC", args, cniArgs{})
+	closeLog()
 	return nil
 }
 
@@ -383,5 +389,6 @@ func (p *Plugin) logger(conf *Config, cmd string, args *skel.CmdArgs, a cniArgs)
 	if a.PodName != "" {
 		l = l.With("pod", a.PodNamespace+"/"+a.PodName)
 	}
+	l.Debug("consul-cni called", "version", version.Version)
 	return l, closer
 }

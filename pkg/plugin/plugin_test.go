@@ -27,6 +27,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
 const upstreamDefault = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,` +
@@ -637,5 +638,25 @@ func TestLogFileAndLevel(t *testing.T) {
 	}
 	if e.stderr.Len() != 0 {
 		t.Fatalf("info logged at level error: %s", e.stderr)
+	}
+}
+
+// Every call logs the plugin's version at debug level, and only there.
+func TestEveryCallLogsVersionAtDebug(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v7.7.7-test"
+	calls := map[string]func(p *Plugin, a *skel.CmdArgs) error{
+		"ADD": (*Plugin).Add, "CHECK": (*Plugin).Check, "DEL": (*Plugin).Del, "STATUS": (*Plugin).Status, "GC": (*Plugin).GC,
+	}
+	for _, level := range []string{"debug", "info"} {
+		for cmd, call := range calls {
+			e := newEnv(t, injectedPod("web", nil))
+			_ = call(e.p, args(conflistEntry("1.1.0", `,"log_level":"`+level+`"`), podArgs("web")))
+			logged := strings.Contains(e.stderr.String(), "cmd="+cmd) && strings.Contains(e.stderr.String(), "version=v7.7.7-test")
+			if logged != (level == "debug") {
+				t.Errorf("%s at log_level %s: version logged %v; stderr:\n%s", cmd, level, logged, e.stderr)
+			}
+		}
 	}
 }

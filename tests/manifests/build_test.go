@@ -99,8 +99,8 @@ func TestWithoutPrometheusOperatorComponent(t *testing.T) {
 			t.Errorf("%s %s is still there", o.GetKind(), o.GetName())
 		}
 	}
-	if want := len(full) - 2; len(objs) != want {
-		t.Errorf("got %d objects, want %d (the audit overlay less ServiceMonitor and PrometheusRule)", len(objs), want)
+	if want := len(full) - 3; len(objs) != want {
+		t.Errorf("got %d objects, want %d (the audit overlay less ServiceMonitor, PodMonitor and PrometheusRule)", len(objs), want)
 	}
 }
 
@@ -115,7 +115,8 @@ func TestObjects(t *testing.T) {
 		"ServiceAccount/" + installerName, "ClusterRole/" + installerName, "ClusterRoleBinding/" + installerName,
 		"DaemonSet/" + installerName,
 		"ValidatingAdmissionPolicy/" + admissionPolicyName, "ValidatingAdmissionPolicyBinding/" + admissionPolicyName,
-		"ServiceMonitor/" + controllerName, "PrometheusRule/" + controllerName, "ConfigMap/" + dashboardCMName,
+		"ServiceMonitor/" + controllerName, "PodMonitor/" + installerName, "PrometheusRule/" + controllerName,
+		"ConfigMap/" + dashboardCMName,
 	}
 	for _, ov := range overlayNames() {
 		t.Run(ov, func(t *testing.T) {
@@ -586,7 +587,7 @@ func TestRequireCNIReadyRecipe(t *testing.T) {
 }
 
 // TestKubePrometheusStackExample builds the documented example that labels
-// the ServiceMonitor and PrometheusRule for kube-prometheus-stack.
+// the ServiceMonitor, PodMonitor and PrometheusRule for kube-prometheus-stack.
 func TestKubePrometheusStackExample(t *testing.T) {
 	objs := build(t, filepath.Join(repoRoot(t), "docs", "examples", "kube-prometheus-stack"))
 	n := 0
@@ -602,8 +603,8 @@ func TestKubePrometheusStackExample(t *testing.T) {
 			t.Errorf("%s %s: labels %v, want release=kube-prometheus-stack", o.GetKind(), o.GetName(), o.GetLabels())
 		}
 	}
-	if n != 2 {
-		t.Errorf("%d Prometheus Operator objects, want 2", n)
+	if n != 3 {
+		t.Errorf("%d Prometheus Operator objects, want 3", n)
 	}
 }
 
