@@ -75,7 +75,7 @@ func TestInstallerChainsPlugin(t *testing.T) {
 		t.Fatalf("readiness probe before the installer ran: exit %d (%v), want 1", exitCode(err), err)
 	}
 
-	args := append(append([]string{"run", "--detach", "--name", "installer"}, restricted...), mounts...)
+	args := append(append([]string{"run", "--detach", "--name", "installer"}, p.restricted...), mounts...)
 	args = append(append(args, "--entrypoint", c.Command[0], a.ref), c.Args...)
 	p.must(args...)
 	waitReady(t, p, probe)

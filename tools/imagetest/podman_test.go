@@ -11,16 +11,19 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tools/ociimage"
 )
 
-// podman runs podman (rootful, crun) on a store of the test's own under
+// podman runs podman (rootful, runc: crun 1.8 refuses hybrid cgroup
+// hierarchies) on a store of the test's own under
 // its temp dir, so nothing of the machine's podman is read or left behind.
 type podman struct {
-	t    *testing.T
-	base []string
+	t          *testing.T
+	base       []string
+	restricted []string
 }
 
 func newPodman(t *testing.T) *podman {
@@ -31,14 +34,36 @@ func newPodman(t *testing.T) *podman {
 	dir := t.TempDir()
 	p := &podman{t: t, base: []string{
 		"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--tmpdir", filepath.Join(dir, "tmp"),
-		"--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "crun",
+		"--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "runc",
 	}}
+	p.restricted = append(append([]string{}, restricted...), ulimits(t)...)
 	t.Cleanup(func() {
 		// Registered after t.TempDir, so it runs before the store is removed.
 		p.run("rm", "--all", "--force", "--time", "0")
 		p.run("rmi", "--all", "--force")
 	})
 	return p
+}
+
+// ulimits are the containers' open-files and process limits, at most this
+// process's hard limits: podman's defaults (1048576 files, the hard process
+// limit) fail with EPERM where the runtime lacks CAP_SYS_RESOURCE.
+func ulimits(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, l := range []struct {
+		name     string
+		resource int
+		max      uint64
+	}{{"nofile", syscall.RLIMIT_NOFILE, 1048576}, {"nproc", 6 /* RLIMIT_NPROC */, 32768}} {
+		var r syscall.Rlimit
+		if err := syscall.Getrlimit(l.resource, &r); err != nil {
+			t.Fatal(err)
+		}
+		n := min(r.Max, l.max)
+		out = append(out, "--ulimit", fmt.Sprintf("%s=%d:%d", l.name, n, n))
+	}
+	return out
 }
 
 // run returns podman's stdout, stderr and its error (an *exec.ExitError for
@@ -75,7 +100,7 @@ func (p *podman) load(a archive) {
 var restricted = []string{"--network", "none", "--read-only", "--cap-drop", "all", "--security-opt", "no-new-privileges"}
 
 func (p *podman) runImage(ref string, flags []string, args ...string) (string, string, error) {
-	all := append(append(append([]string{"run", "--rm"}, restricted...), flags...), ref)
+	all := append(append(append([]string{"run", "--rm"}, p.restricted...), flags...), ref)
 	return p.run(append(all, args...)...)
 }
 
