@@ -183,7 +183,7 @@ demo: deps kube-bins
 	$(GO) run ./tests/cmd/demo
 
 clean: clean-testbin
-	rm -rf $(BIN) $(CACHE)/testbin
+	rm -rf $(BIN) $(DIST) $(CACHE)/testbin
 
 ## clean-testbin: where tests/testbin builds when this checkout is not reachable by other users
 clean-testbin:

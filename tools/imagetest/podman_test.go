@@ -37,10 +37,14 @@ func newPodman(t *testing.T) *podman {
 		"--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "runc",
 	}}
 	p.restricted = append(append([]string{}, restricted...), ulimits(t)...)
+	cacheExisted := exists(blobInfoCache)
 	t.Cleanup(func() {
 		// Registered after t.TempDir, so it runs before the store is removed.
 		p.run("rm", "--all", "--force", "--time", "0")
 		p.run("rmi", "--all", "--force")
+		if !cacheExisted {
+			removeCreated(blobInfoCache)
+		}
 	})
 	return p
 }
@@ -64,6 +68,25 @@ func ulimits(t *testing.T) []string {
 		out = append(out, "--ulimit", fmt.Sprintf("%s=%d:%d", l.name, n, n))
 	}
 	return out
+}
+
+// blobInfoCache is the one file podman 4.3 writes outside --root: the
+// rootful blob info cache of `podman load`. The test removes it (and the
+// directories, when empty) when it was not there before.
+const blobInfoCache = "/var/lib/containers/cache/blob-info-cache-v1.boltdb"
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func removeCreated(path string) {
+	_ = os.Remove(path)
+	for dir := filepath.Dir(path); dir != "/var/lib"; dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			return
+		}
+	}
 }
 
 // run returns podman's stdout, stderr and its error (an *exec.ExitError for
