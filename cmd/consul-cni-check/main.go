@@ -105,14 +105,8 @@ func run(args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	logging := cmdutil.NewLogging()
-	logging.AddFlags(fs)
-	if code, done := cmdutil.Parse(fs, command, args); done {
+	if code, done := cmdutil.Parse(fs, command, args, cmdutil.NewLogging()); done {
 		return code
-	}
-	if err := logging.Apply(); err != nil {
-		cmdutil.UsageError(os.Stderr, command, err)
-		return cmdutil.ExitUsage
 	}
 	if fs.NArg() != 0 {
 		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unexpected arguments %q", fs.Args()))

@@ -104,17 +104,11 @@ func run(args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
-	logging := cmdutil.NewLogging()
-	logging.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
 	}
-	if code, done := cmdutil.Parse(fs, command, args); done {
+	if code, done := cmdutil.Parse(fs, command, args, cmdutil.NewLogging()); done {
 		return code
-	}
-	if err := logging.Apply(); err != nil {
-		cmdutil.UsageError(os.Stderr, command, err)
-		return cmdutil.ExitUsage
 	}
 	sub := "run"
 	switch rest := fs.Args(); len(rest) {

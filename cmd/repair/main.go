@@ -147,20 +147,14 @@ func run(args []string) error {
 	fs.SortFlags = false
 	o := newOptions()
 	o.AddFlags(fs)
-	logging := cmdutil.NewLogging()
-	logging.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
 	}
-	if code, done := cmdutil.Parse(fs, "repair", args); done {
+	if code, done := cmdutil.Parse(fs, "repair", args, cmdutil.NewLogging()); done {
 		return usageError{code}
 	}
 	if fs.NArg() != 0 {
 		cmdutil.UsageError(os.Stderr, "repair", fmt.Errorf("unexpected arguments %q", fs.Args()))
-		return usageError{cmdutil.ExitUsage}
-	}
-	if err := logging.Apply(); err != nil {
-		cmdutil.UsageError(os.Stderr, "repair", err)
 		return usageError{cmdutil.ExitUsage}
 	}
 	if err := o.Validate(); err != nil {

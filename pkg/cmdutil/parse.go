@@ -16,16 +16,21 @@ import (
 const ExitUsage = 2
 
 // Parse adds --version to fs and parses args, the command line of the
-// command named command. It returns done=true with the exit code when the
-// command must stop here: 0 after --help (fs.Usage printed it) or --version
-// (version.String(command) on stdout), ExitUsage after a parse error, which
-// it prints to stderr naming the flag. fs must use pflag.ContinueOnError.
-func Parse(fs *pflag.FlagSet, command string, args []string) (code int, done bool) {
-	return parse(fs, command, args, os.Stdout, os.Stderr)
+// command named command; with logging (which may be nil) it also registers
+// the logging flags and applies them. It returns done=true with the exit
+// code when the command must stop here: 0 after --help (fs.Usage printed it)
+// or --version (version.String(command) on stdout), ExitUsage after a parse
+// or logging error, which it prints to stderr naming the flag. fs must use
+// pflag.ContinueOnError.
+func Parse(fs *pflag.FlagSet, command string, args []string, logging *Logging) (code int, done bool) {
+	return parse(fs, command, args, logging, os.Stdout, os.Stderr)
 }
 
-func parse(fs *pflag.FlagSet, command string, args []string, stdout, stderr io.Writer) (int, bool) {
+func parse(fs *pflag.FlagSet, command string, args []string, logging *Logging, stdout, stderr io.Writer) (int, bool) {
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	if logging != nil {
+		logging.AddFlags(fs)
+	}
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
@@ -36,6 +41,12 @@ func parse(fs *pflag.FlagSet, command string, args []string, stdout, stderr io.W
 	case *showVersion:
 		fmt.Fprintln(stdout, version.String(command))
 		return 0, true
+	}
+	if logging != nil {
+		if err := logging.Apply(); err != nil {
+			UsageError(stderr, command, err)
+			return ExitUsage, true
+		}
 	}
 	return 0, false
 }

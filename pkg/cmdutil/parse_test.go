@@ -31,7 +31,7 @@ func TestParse(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		fs.SetOutput(&stderr)
 		fs.Usage = func() { stderr.WriteString("Usage: cmd\n") }
-		code, done := parse(fs, "cmd", tc.args, &stdout, &stderr)
+		code, done := parse(fs, "cmd", tc.args, nil, &stdout, &stderr)
 		if code != tc.code || done != tc.done {
 			t.Errorf("%v: code %d done %v, want %d %v", tc.args, code, done, tc.code, tc.done)
 		}
@@ -41,5 +41,14 @@ func TestParse(t *testing.T) {
 		if !strings.Contains(stderr.String(), tc.errIn) || (tc.errIn == "" && stderr.Len() != 0) {
 			t.Errorf("%v: stderr %q, want it to contain %q", tc.args, stderr.String(), tc.errIn)
 		}
+	}
+}
+
+func TestParseAppliesLogging(t *testing.T) {
+	fs := pflag.NewFlagSet("cmd", pflag.ContinueOnError)
+	var stdout, stderr bytes.Buffer
+	code, done := parse(fs, "cmd", []string{"--logging-format=xml"}, NewLogging(), &stdout, &stderr)
+	if code != ExitUsage || !done || !strings.Contains(stderr.String(), "--logging-format=xml") {
+		t.Fatalf("code %d done %v stderr %q: want a usage error naming --logging-format", code, done, stderr.String())
 	}
 }

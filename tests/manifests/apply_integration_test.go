@@ -13,7 +13,7 @@ import (
 // TestServerSideDryRun applies every overlay's build to the real API server
 // as a server-side dry run with strict field validation: schema, defaulting,
 // validation and admission (Pod Security included) run, nothing is stored.
-// The ServiceMonitor and PrometheusRule, whose CRDs this API server does not
+// The ServiceMonitor, PodMonitor and PrometheusRule, whose CRDs this API server does not
 // have, are checked by the unit tests (Prometheus Operator types, rule-file
 // parser) instead.
 func TestServerSideDryRun(t *testing.T) {
@@ -46,8 +46,8 @@ func TestServerSideDryRun(t *testing.T) {
 			if w := a.takeWarnings(); len(w) > 0 {
 				t.Errorf("the API server warned:\n  %s", joinLines(w))
 			}
-			if skipped != 2 {
-				t.Errorf("skipped %d Prometheus Operator objects, want 2", skipped)
+			if skipped != 3 { // ServiceMonitor, PodMonitor, PrometheusRule
+				t.Errorf("skipped %d Prometheus Operator objects, want 3", skipped)
 			}
 			t.Logf("%d objects accepted, %d Prometheus Operator objects left to the unit tests", applied, skipped)
 		})

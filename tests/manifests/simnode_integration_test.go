@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +94,27 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(node.BinDir(), "consul-cni")); err != nil {
 		t.Fatalf("plugin binary not installed: %v", err)
 	}
+	// The installer serves its metrics on the node's network, at the port
+	// of its --metrics-bind-address (the PodMonitor's scrape address).
+	var ds appsv1.DaemonSet
+	decodeStrict(t, find(t, objs, "DaemonSet", installerName), &ds)
+	_, port, err := net.SplitHostPort(oneFlag(t, ds.Spec.Template.Spec.Containers[0].Args, "metrics-bind-address"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "installer metrics on the node's port "+port, func() error {
+		fams, err := scrape("http://" + net.JoinHostPort("127.0.0.1", port) + "/metrics")
+		if err != nil {
+			return err
+		}
+		if f := fams["consul_cni_installer_chained"]; f == nil || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge().GetValue() != 1 {
+			return fmt.Errorf("consul_cni_installer_chained = %v, want 1", f)
+		}
+		if fams["consul_cni_installer_build_info"] == nil {
+			return fmt.Errorf("no consul_cni_installer_build_info")
+		}
+		return nil
+	})
 
 	// The controller: both replicas Ready, one leader, node ready.
 	eventually(t, 4*time.Minute, "controller replicas Ready", func() error {
