@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what `make test-images` runs the built images with, when missing:
-# podman with crun (and runc), from Debian's packages. Needs root and apt.
+# podman, conmon and runc (Debian's crun 1.8 refuses hybrid cgroup
+# hierarchies, so the tests run runc), from Debian's packages. Needs root
+# and apt.
 set -euo pipefail
 
 need=()
 command -v podman >/dev/null 2>&1 || need+=(podman)
-command -v crun >/dev/null 2>&1 || need+=(crun)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v conmon >/dev/null 2>&1 || need+=(conmon)
 
