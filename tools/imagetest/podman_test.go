@@ -17,9 +17,9 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tools/ociimage"
 )
 
-// podman runs podman (rootful, runc: crun 1.8 refuses hybrid cgroup
-// hierarchies) on a store of the test's own under
-// its temp dir, so nothing of the machine's podman is read or left behind.
+// podman runs podman (rootful, with runc: crun 1.8 refuses hybrid cgroup
+// hierarchies) on a store of the test's own under its temp dir, so nothing
+// of the machine's podman is read or left behind.
 type podman struct {
 	t          *testing.T
 	base       []string
