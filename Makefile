@@ -94,7 +94,7 @@ release-chart:
 ## tools: the image and release tools (separate module tools/)
 tools: toolchain
 	@mkdir -p $(TOOLS_BIN)
-	cd tools && $(GO) build -o ../$(TOOLS_BIN)/ ./cmd/...
+	cd tools && $(GO) build -o $(abspath $(TOOLS_BIN))/ ./cmd/...
 
 ## deps: system packages (iptables, iproute2, nsenter, etcd) via apt-get when missing
 deps: toolchain
