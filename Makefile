@@ -6,6 +6,9 @@
 # Everything the targets need is installed (apt-get) or built (go build) by them.
 
 SHELL       := /bin/bash
+comma       := ,
+empty       :=
+space       := $(empty) $(empty)
 GO          ?= go
 # hack/install-go.sh puts the Go of go.mod here when no recent enough Go is found.
 GO_PREFIX   ?= /usr/local/go
@@ -26,15 +29,26 @@ VERSION     ?= $(shell ./hack/version.sh)
 LDFLAGS     := -X github.com/consul-cni-repair/consul-cni-repair/pkg/version.Version=$(VERSION)
 
 COMMANDS := consul-cni consul-cni-installer consul-cni-check repair
+
+# Images (tools/ociimage): FROM scratch, one OCI archive with a multi-arch
+# index per image under bin/images/, created at the commit time.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+# Registry/path of the image names; empty: the manifests' ghcr.io/consul-cni-repair.
+IMAGE_REGISTRY  ?=
+IMAGES_DIR      := $(BIN)/images
+DIST            := dist
+TOOLS_BIN       := $(BIN)/tools
+REVISION        ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1)
 CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/ptp \
 	github.com/containernetworking/plugins/plugins/main/bridge \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build deps kube-bins cni-bins test test-unit test-privileged test-integration \
-	test-manifests test-manifests-integration test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair fuzz cluster demo clean clean-testbin \
-	helm release-chart
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins cni-bins test test-unit test-privileged test-integration \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair fuzz cluster demo \
+	clean clean-testbin helm
 
 all: build
 
@@ -51,6 +65,34 @@ build: toolchain
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./,$(wildcard $(COMMANDS:%=cmd/%)))
 
+## images: OCI archives of repair, consul-cni-installer (with consul-cni) and consul-cni-check for
+## IMAGE_PLATFORMS, each a multi-arch index, plus bin/images/digests.txt
+images: toolchain tools
+	@for p in $(IMAGE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; mkdir -p $(BIN)/$${os}_$${arch}; \
+		echo ">> binaries for $$p"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+			-o $(BIN)/$${os}_$${arch}/ $(addprefix ./,$(wildcard $(COMMANDS:%=cmd/%))) || exit 1; \
+	done
+	$(TOOLS_BIN)/images --bin-dir $(BIN) --out $(IMAGES_DIR) $(if $(IMAGE_REGISTRY),--registry $(IMAGE_REGISTRY)) \
+		--version '$(VERSION)' --revision '$(REVISION)' --created '$(SOURCE_DATE_EPOCH)' \
+		--platforms '$(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS)))'
+
+## release: dist/ with the image archives and digests, the manifests of every overlay with the images
+## tagged VERSION, a CycloneDX SBOM per image, the packaged chart (release-chart) and SHA256SUMS
+release: images
+	rm -rf $(DIST)
+	$(TOOLS_BIN)/release assemble --images $(IMAGES_DIR) --out $(DIST) --manifests manifests \
+		--version '$(VERSION)' $(if $(IMAGE_REGISTRY),--registry $(IMAGE_REGISTRY))
+	$(MAKE) release-chart
+	$(TOOLS_BIN)/release checksums --dir $(DIST)
+	@cat $(DIST)/SHA256SUMS
+
+## tools: the image and release tools (separate module tools/)
+tools: toolchain
+	@mkdir -p $(TOOLS_BIN)
+	cd tools && $(GO) build -o $(abspath $(TOOLS_BIN))/ ./cmd/...
+
 ## deps: system packages (iptables, iproute2, nsenter, etcd) via apt-get when missing
 deps: toolchain
 	@./hack/install-deps.sh
@@ -65,7 +107,7 @@ cni-bins: toolchain
 	CGO_ENABLED=0 $(GO) build -o $(CNI_BIN)/ $(CNI_PLUGINS)
 
 ## test: everything (.ci/run calls this)
-test: lint test-unit test-privileged test-integration
+test: lint test-unit test-privileged test-integration test-images
 
 test-unit: toolchain
 	$(GOTEST) $(TEST_FLAGS) -count=1 ./...
@@ -115,10 +157,17 @@ helm: toolchain
 CHART_VERSION := $(patsubst v%,%,$(VERSION))
 CHART_APP_VERSION := $(subst +,-,$(VERSION))
 release-chart: helm
-	@mkdir -p dist
+	@mkdir -p $(DIST)
 	$(BIN)/helm lint --strict charts/consul-cni-repair
-	$(BIN)/helm package charts/consul-cni-repair --version '$(CHART_VERSION)' --app-version '$(CHART_APP_VERSION)' --destination dist
+	$(BIN)/helm package charts/consul-cni-repair --version '$(CHART_VERSION)' --app-version '$(CHART_APP_VERSION)' --destination $(DIST)
 
+
+## test-images: inspect every image of every platform (make images), and run those of this machine's
+## platform with podman: --version, the UID of its manifest, the installer chaining consul-cni
+test-images: images
+	@./hack/install-podman.sh
+	cd tools && CCR_IMAGES_DIR=$(abspath $(IMAGES_DIR)) CCR_IMAGE_VERSION='$(VERSION)' \
+		$(GOTEST) $(TEST_FLAGS) -count=1 -tags images -timeout 20m ./...
 
 lint: toolchain
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -128,6 +177,7 @@ lint: toolchain
 	@# -trimpath as in hack/build-kube.sh, so this vet and the kube build share the compiled k8s packages
 	cd tests/kube && $(GO) vet -trimpath ./...
 	cd tests/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
+	cd tools && $(GO) vet ./... && $(GO) vet -tags images ./...
 
 fmt: toolchain
 	gofmt -w $$(git ls-files '*.go')
@@ -164,7 +214,7 @@ demo: deps kube-bins
 	$(GO) run ./tests/cmd/demo
 
 clean: clean-testbin
-	rm -rf $(BIN) $(CACHE)/testbin dist
+	rm -rf $(BIN) $(DIST) $(CACHE)/testbin
 
 ## clean-testbin: where tests/testbin builds when this checkout is not reachable by other users
 clean-testbin:
