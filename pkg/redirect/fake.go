@@ -136,6 +136,8 @@ func (f *Fake) Restore(_ context.Context, fam Family, input []byte) error {
 var builtinTargets = map[string]bool{"ACCEPT": true, "DROP": true, "RETURN": true, "REDIRECT": true, "DNAT": true,
 	"SNAT": true, "MASQUERADE": true, "LOG": true, "MARK": true}
 
+// restore applies input to a copy of the family's table, committed at each
+// COMMIT; the first bad line fails it, naming the line.
 func (f *Fake) restore(fam Family, input []byte) error {
 	work := f.table(fam).clone()
 	in := false
@@ -147,97 +149,118 @@ func (f *Fake) restore(fam Family, input []byte) error {
 	for sc.Scan() {
 		n++
 		line := sc.Text()
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if line == "*nat" {
+		switch {
+		case strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#"):
+		case line == "*nat":
 			in = true
-			continue
-		}
-		if !in {
+		case !in:
 			return fail("outside of a table: %q", line)
-		}
-		if line == "COMMIT" {
+		case line == "COMMIT":
 			f.tables[fam] = work
 			work = work.clone()
 			in = false
-			continue
-		}
-		if strings.HasPrefix(line, ":") {
-			name, _, _ := strings.Cut(line[1:], " ")
-			if !work.exists(name) {
-				work.user[name] = true
-			}
-			if work.user[name] {
-				work.rules[name] = nil
-			}
-			continue
-		}
-		fields := tokens(line)
-		if len(fields) < 2 {
-			return fail("bad line %q", line)
-		}
-		op, chain := fields[0], fields[1]
-		spec := quoteSpec(fields[2:])
-		switch op {
-		case "-N":
-			if work.exists(chain) {
-				return fail("Chain already exists.")
-			}
-			work.user[chain] = true
-			work.rules[chain] = nil
-		case "-A", "-I":
-			if !work.exists(chain) {
-				return fail("Chain '%s' does not exist", chain)
-			}
-			if len(fields) < 3 {
-				return fail("empty rule")
-			}
-			if t := target(fields[2:]); t == "" || (!builtinTargets[t] && !work.user[t]) {
-				return fail("Couldn't load target `%s'", t)
-			}
-			if op == "-A" {
-				work.rules[chain] = append(work.rules[chain], spec)
-			} else {
-				work.rules[chain] = append([]string{spec}, work.rules[chain]...)
-			}
-		case "-D":
-			rules := work.rules[chain]
-			i := 0
-			for i < len(rules) && rules[i] != spec {
-				i++
-			}
-			if !work.exists(chain) || i == len(rules) {
-				return fail("Couldn't delete rule: Bad rule (does a matching rule exist in that chain?)")
-			}
-			work.rules[chain] = append(rules[:i:i], rules[i+1:]...)
-		case "-F":
-			if !work.exists(chain) {
-				return fail("Chain '%s' does not exist", chain)
-			}
-			work.rules[chain] = nil
-		case "-X":
-			if !work.user[chain] {
-				return fail("Chain '%s' does not exist", chain)
-			}
-			if len(work.rules[chain]) > 0 {
-				return fail("Directory not empty")
-			}
-			for c, rules := range work.rules {
-				for _, r := range rules {
-					if target(tokens(r)) == chain {
-						return fail("Too many links (chain %s is referenced from %s)", chain, c)
-					}
-				}
-			}
-			delete(work.user, chain)
-			delete(work.rules, chain)
+		case strings.HasPrefix(line, ":"):
+			work.declare(line)
 		default:
-			return fail("unknown command %q", op)
+			if msg := work.command(line); msg != "" {
+				return fail("%s", msg)
+			}
 		}
 	}
 	if in {
 		return fail("no COMMIT")
 	}
 	return nil
+}
+
+// declare applies a chain line (":NAME POLICY [counters]"): it creates a
+// user chain, or flushes it when it exists.
+func (t *fakeTable) declare(line string) {
+	name, _, _ := strings.Cut(line[1:], " ")
+	if !t.exists(name) {
+		t.user[name] = true
+	}
+	if t.user[name] {
+		t.rules[name] = nil
+	}
+}
+
+// command applies one command line (-N, -A, -I, -D, -F, -X) and returns
+// iptables' message when it fails, "" when it succeeds.
+func (t *fakeTable) command(line string) string {
+	fields := tokens(line)
+	if len(fields) < 2 {
+		return fmt.Sprintf("bad line %q", line)
+	}
+	op, chain := fields[0], fields[1]
+	switch op {
+	case "-N":
+		if t.exists(chain) {
+			return "Chain already exists."
+		}
+		t.user[chain] = true
+		t.rules[chain] = nil
+	case "-A", "-I":
+		return t.insert(op == "-A", chain, fields[2:])
+	case "-D":
+		rules, spec := t.rules[chain], quoteSpec(fields[2:])
+		i := 0
+		for i < len(rules) && rules[i] != spec {
+			i++
+		}
+		if !t.exists(chain) || i == len(rules) {
+			return "Couldn't delete rule: Bad rule (does a matching rule exist in that chain?)"
+		}
+		t.rules[chain] = append(rules[:i:i], rules[i+1:]...)
+	case "-F":
+		if !t.exists(chain) {
+			return fmt.Sprintf("Chain '%s' does not exist", chain)
+		}
+		t.rules[chain] = nil
+	case "-X":
+		return t.deleteChain(chain)
+	default:
+		return fmt.Sprintf("unknown command %q", op)
+	}
+	return ""
+}
+
+// insert appends (-A) or prepends (-I) a rule whose target must exist.
+func (t *fakeTable) insert(appendRule bool, chain string, args []string) string {
+	if !t.exists(chain) {
+		return fmt.Sprintf("Chain '%s' does not exist", chain)
+	}
+	if len(args) == 0 {
+		return "empty rule"
+	}
+	if tg := target(args); tg == "" || (!builtinTargets[tg] && !t.user[tg]) {
+		return fmt.Sprintf("Couldn't load target `%s'", tg)
+	}
+	spec := quoteSpec(args)
+	if appendRule {
+		t.rules[chain] = append(t.rules[chain], spec)
+	} else {
+		t.rules[chain] = append([]string{spec}, t.rules[chain]...)
+	}
+	return ""
+}
+
+// deleteChain removes an empty, unreferenced user chain (-X).
+func (t *fakeTable) deleteChain(chain string) string {
+	if !t.user[chain] {
+		return fmt.Sprintf("Chain '%s' does not exist", chain)
+	}
+	if len(t.rules[chain]) > 0 {
+		return "Directory not empty"
+	}
+	for c, rules := range t.rules {
+		for _, r := range rules {
+			if target(tokens(r)) == chain {
+				return fmt.Sprintf("Too many links (chain %s is referenced from %s)", chain, c)
+			}
+		}
+	}
+	delete(t.user, chain)
+	delete(t.rules, chain)
+	return ""
 }
