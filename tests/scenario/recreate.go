@@ -24,7 +24,7 @@ import (
 // the proxy with its status still complete. The installer returns, the node
 // is ready again, the controller replaces the pod (sandbox_recreated) and
 // the replacement is meshed.
-func (r *run) runRecreated(ctx context.Context) (*Result, error) {
+func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
 	r.setPhase("chaining consul-cni on the node")
 	if err := r.applyCNIManifests(ctx, true); err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func (r *run) runRecreated(ctx context.Context) (*Result, error) {
 // loseOneSandbox takes the installer and consul-cni away, recreates the
 // sandbox of the first pod (by name) and waits until its prober reports a
 // bypass.
-func (r *run) loseOneSandbox(ctx context.Context) (types.UID, error) {
+func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	live := r.tick(ctx)
 	if len(live) == 0 {
 		return "", fmt.Errorf("no live pod")
@@ -115,7 +115,7 @@ func (r *run) loseOneSandbox(ctx context.Context) (types.UID, error) {
 
 // unchain removes consul-cni from the node's primary conflist, as a primary
 // CNI rewriting its own configuration at start-up does.
-func (r *run) unchain() error {
+func (r *runner) unchain() error {
 	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
 	b, err := os.ReadFile(file)
 	if err != nil {
