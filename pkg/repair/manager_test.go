@@ -97,7 +97,7 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 	}
 }
 
-// A lost lease ends Run with ErrLeaseLost, every informer stopped and the
+// A lost lease ends Run with errLeaseLost, every informer stopped and the
 // servers closed, so the process exits and is restarted as a standby.
 func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	baseline := runtime.NumGoroutine()
@@ -122,8 +122,8 @@ func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	api.steal(t)
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Fatalf("Run = %v, want ErrLeaseLost", err)
+		if !errors.Is(err, errLeaseLost) {
+			t.Fatalf("Run = %v, want errLeaseLost", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the lease was lost")
