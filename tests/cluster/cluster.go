@@ -44,6 +44,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
 
 // ServiceCIDR is the ClusterIP range. Nothing routes it (there is no
@@ -226,7 +227,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, pk *pki, tok
 	// The apiserver's port is picked free and may be taken by another
 	// process before the apiserver binds it: retry with another one.
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := testnet.FreePort()
 		if err != nil {
 			return err
 		}
@@ -327,11 +328,11 @@ func (c *Cluster) tokenConfig(token string) *rest.Config {
 
 func (c *Cluster) startEtcd(ctx context.Context, bin string) (string, error) {
 	for attempt := 1; ; attempt++ {
-		client, err := freePort()
+		client, err := testnet.FreePort()
 		if err != nil {
 			return "", err
 		}
-		peer, err := freePort()
+		peer, err := testnet.FreePort()
 		if err != nil {
 			return "", err
 		}
@@ -442,15 +443,6 @@ func tailFile(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Exited returns a description of every component that is no longer

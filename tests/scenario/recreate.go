@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 )
 
@@ -40,7 +41,7 @@ func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	r.setPhase("waiting for every pod to be meshed")
-	if err := waitFor(ctx, r.cfg.Timeout, func() (bool, error) {
+	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
 		ok, _ := r.allMeshed(r.tick(ctx))
 		return ok, nil
 	}); err != nil {
@@ -92,7 +93,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	}
 	// The controller's gate closes with the installer gone: it must not
 	// act before the bypass is seen.
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		n, err := r.cs.CoreV1().Nodes().Get(ctx, r.node.Name(), metav1.GetOptions{})
 		return err == nil && n.Labels[annotations.LabelCNIReady] != annotations.LabelCNIReadyValue, nil
 	}); err != nil {
@@ -103,7 +104,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	if err := r.node.RecreateSandbox(victim.UID); err != nil {
 		return "", err
 	}
-	if err := waitFor(ctx, r.cfg.Timeout, func() (bool, error) {
+	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
 		r.tick(ctx)
 		return victim.Bypass > 0 && victim.Last == resultBypass, nil
 	}); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,8 +26,10 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
 
 // Mode is one of the three runs.
@@ -267,7 +268,7 @@ func (r *runner) setUp(ctx context.Context) error {
 		_ = r.cs.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
 	})
 	r.tr = newTracker(r.root, r.ns)
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		_, err := r.cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
@@ -345,7 +346,7 @@ func (r *runner) chainCNI(ctx context.Context) error {
 // waitChained waits until consul-cni is in the node's chain and records
 // when.
 func (r *runner) waitChained(ctx context.Context) error {
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		ok, err := r.chained()
 		if ok {
 			r.cniAt = time.Now()
@@ -398,24 +399,8 @@ func (r *runner) wait(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	end := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(end) {
-			return errTimeout
-		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
+// waitInterval is how often the run polls the cluster and the node.
+const waitInterval = 200 * time.Millisecond
 
 // nodeLabel marks the run's node; the installer DaemonSet is pinned to it.
 const nodeLabel = "scenario.consul-cni-repair.test/run"
@@ -544,7 +529,7 @@ func (r *runner) pods(ctx context.Context) ([]corev1.Pod, error) {
 
 func (r *runner) waitRunning(ctx context.Context) error {
 	var last string
-	err := waitFor(ctx, 3*time.Minute, func() (bool, error) {
+	err := poll.Until(ctx, 3*time.Minute, waitInterval, func() (bool, error) {
 		pods, err := r.pods(ctx)
 		if err != nil {
 			return false, nil
@@ -610,11 +595,11 @@ func (r *runner) deleteDaemonSet(ns, name string) {
 	defer cancel()
 	_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	// Let the node finalize the installer pod before it stops.
-	_ = waitFor(ctx, time.Minute, func() (bool, error) {
+	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
 		return err == nil && len(l.Items) == 0, nil
 	})
-	_ = waitFor(ctx, time.Minute, func() (bool, error) {
+	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		_, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -718,7 +703,7 @@ func (r *runner) chainString() string {
 // startController runs the repair controller as a process with the admin
 // kubeconfig (node readiness on, defaults otherwise).
 func (r *runner) startController(ctx context.Context) error {
-	port, err := freePort()
+	port, err := testnet.FreePort()
 	if err != nil {
 		return err
 	}
@@ -754,7 +739,7 @@ func (r *runner) startController(ctx context.Context) error {
 		}
 	})
 	r.logf("repair controller started: %s %s", r.e.Bins.Repair, strings.Join(args, " "))
-	return waitFor(ctx, time.Minute, func() (bool, error) {
+	return poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		select {
 		case <-p.Done():
 			b, _ := os.ReadFile(logFile)
@@ -791,15 +776,6 @@ func tail(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, "\n")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // actions reads the controller's successful repairs from its metrics.
