@@ -43,6 +43,8 @@ type options struct {
 	Multus       bool
 	Resync       time.Duration
 	MetricsAddr  string
+	// ExpectInstalled makes uninstall fail when nothing of ours was found.
+	ExpectInstalled bool
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
@@ -56,6 +58,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Multus, "multus", false, "the plugin runs as a Multus delegate (multus in the chain entry)")
 	fs.DurationVar(&o.Resync, "resync", 30*time.Second, "period of full passes besides file events; also bounds the age of the plugin's token copy")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
+	fs.BoolVar(&o.ExpectInstalled, "expect-installed", false, "uninstall: fail when nothing of consul-cni was found on the node")
 }
 
 func (o *options) Validate() error {
@@ -156,20 +159,38 @@ func run(args []string) int {
 		fmt.Println("ready: consul-cni is installed and last in the runtime's CNI chain")
 		return 0
 	case "uninstall":
-		in, err := install.New(o.config())
-		if err == nil {
-			err = in.Uninstall(ctx)
-		}
-		if err != nil {
-			logger.Error(err, "Uninstall incomplete")
-			return 1
-		}
-		logger.Info("Uninstalled consul-cni from the node")
-		return 0
+		return uninstall(ctx, o)
 	default:
 		fmt.Fprintf(os.Stderr, "consul-cni-installer: unknown subcommand %q (want run, ready or uninstall)\n", sub)
 		return 2
 	}
+}
+
+// uninstall removes the plugin from the node; exit 1 when that is not
+// complete, when the directories do not exist, or when nothing was found
+// and --expect-installed is set.
+func uninstall(ctx context.Context, o *options) int {
+	logger := klog.FromContext(ctx)
+	in, err := install.New(o.config())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
+		return 2
+	}
+	res, err := in.Uninstall(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall: %v\n", err)
+		return 1
+	}
+	if !res.Found() {
+		if o.ExpectInstalled {
+			fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall: nothing of consul-cni found in %s or %s (--expect-installed)\n", o.NetDir, o.BinDir)
+			return 1
+		}
+		logger.Info("Nothing of consul-cni found on the node", "netDir", o.NetDir, "binDir", o.BinDir)
+		return 0
+	}
+	logger.Info("Uninstalled consul-cni from the node", "removed", res.Removed, "keptBinary", res.KeptBinary)
+	return 0
 }
 
 // podAlive asks the API whether the pod another installer's token is bound

@@ -64,8 +64,25 @@ func TestExitCodes(t *testing.T) {
 		t.Errorf("ready on an empty node: exit %d", code)
 	}
 	args[0] = "uninstall"
+	if code := run(args); code != 1 {
+		t.Errorf("uninstall with directories that do not exist: exit %d", code)
+	}
+	for _, d := range []string{"bin", "net"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if code := run(args); code != 0 {
 		t.Errorf("uninstall on an empty node: exit %d", code)
+	}
+	if code := run(append(args, "--expect-installed")); code != 1 {
+		t.Errorf("uninstall --expect-installed on an empty node: exit %d", code)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "consul-cni"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(append(args, "--expect-installed")); code != 0 {
+		t.Errorf("uninstall --expect-installed with the binary in place: exit %d", code)
 	}
 }
 

@@ -295,9 +295,15 @@ func sameJSON(a, b []byte) bool {
 // withoutPlugin drops every consul-cni entry; changed reports whether any
 // was there.
 func (l *list) withoutPlugin() (changed bool) {
+	return l.withoutEntries(func(p []byte) bool { return pluginType(p) == PluginType })
+}
+
+// withoutEntries drops the inline plugins match selects; changed reports
+// whether any was there.
+func (l *list) withoutEntries(match func([]byte) bool) (changed bool) {
 	kept := l.plugins[:0:0]
 	for _, p := range l.plugins {
-		if pluginType(p) == PluginType {
+		if match(p) {
 			changed = true
 			continue
 		}

@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -563,83 +562,4 @@ func (in *Installer) Ready() error {
 		}
 	}
 	return nil
-}
-
-// Uninstall removes what the installer added: converted files are
-// restored, consul-cni entries leave every configuration list (inline and
-// plugin directories), and the kubeconfig, token and binary are removed, in
-// that order (no chain ever names a missing binary). It must run only once
-// no installer runs on the node any more.
-func (in *Installer) Uninstall(ctx context.Context) error {
-	log := klog.FromContext(ctx)
-	var errs []error
-	keep := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	entries, err := os.ReadDir(in.cfg.NetDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	// Single-network files first, then lists the conversion set aside.
-	for _, pass := range []func(orig string) bool{
-		func(orig string) bool { e := filepath.Ext(orig); return e == ".conf" || e == ".json" },
-		func(orig string) bool { return filepath.Ext(orig) == ".conflist" },
-	} {
-		for _, e := range entries {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), BackupSuffix) {
-				continue
-			}
-			backup := filepath.Join(in.cfg.NetDir, e.Name())
-			orig := strings.TrimSuffix(backup, BackupSuffix)
-			if !pass(orig) || !exists(backup) {
-				continue
-			}
-			if filepath.Ext(orig) == ".conflist" {
-				if !exists(orig) {
-					keep(os.Rename(backup, orig))
-					log.Info("Restored a configuration list set aside by a conversion", "file", orig)
-				}
-				continue
-			}
-			converted := strings.TrimSuffix(orig, filepath.Ext(orig)) + ".conflist"
-			if exists(orig) {
-				// The primary CNI rewrote its file since: the backup is stale.
-				keep(removeIfExists(backup))
-			} else {
-				keep(os.Rename(backup, orig))
-				log.Info("Restored a converted network configuration", "file", orig)
-			}
-			if b, err := os.ReadFile(converted); err == nil && listHasPlugin(b) {
-				keep(removeIfExists(converted))
-			}
-		}
-	}
-	cands, err := ScanConfDir(in.cfg.NetDir)
-	keep(err)
-	for _, c := range cands {
-		if !c.List || c.Raw == nil {
-			continue
-		}
-		out, changed, err := UnchainInline(c.Raw)
-		if err != nil {
-			continue // not a list we can edit; nothing of ours can be in it
-		}
-		if changed {
-			keep(replaceIfUnchanged(c.Path, c.Raw, out))
-			log.Info("Removed consul-cni from a configuration list", "file", c.Path)
-		}
-		if l, err := decodeList(c.Raw); err == nil {
-			ours, err := pluginDirFiles(c.Path, l.name(), true)
-			keep(err)
-			for _, f := range ours {
-				keep(removeIfExists(f))
-			}
-		}
-	}
-	keep(removeIfExists(filepath.Join(in.cfg.NetDir, KubeconfigFileName)))
-	keep(removeIfExists(filepath.Join(in.cfg.NetDir, TokenFileName)))
-	keep(removeIfExists(filepath.Join(in.cfg.BinDir, PluginType)))
-	return errors.Join(errs...)
 }

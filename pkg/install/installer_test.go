@@ -234,7 +234,7 @@ func TestReconcilePrimaries(t *testing.T) {
 
 			// Uninstall brings back what was there (configuration lists as
 			// equal JSON, everything else byte for byte).
-			if err := in.Uninstall(ctx); err != nil {
+			if _, err := in.Uninstall(ctx); err != nil {
 				t.Fatal(err)
 			}
 			restored := snapshot(t, n.net)
