@@ -162,15 +162,22 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 		st.Wrote = append(st.Wrote, "binary")
 		in.cfg.Metrics.wrote("binary")
 	}
-	// Credentials that cannot be written do not hold the chain back: a
-	// plugin that cannot reach the API fails ADD, so pods wait instead of
-	// starting outside the mesh (fail closed), and the error is reported.
+	// A token that cannot be written does not hold the chain back: with
+	// its kubeconfig in place the plugin then fails ADD for injected pods,
+	// so they wait instead of starting outside the mesh (fail closed), and
+	// the error is reported. The kubeconfig itself must exist before the
+	// entry does: a chain without it is what the plugin takes for an
+	// uninstalled node, through which it lets every pod pass.
 	var credErr error
 	if in.cfg.Client != nil {
 		w, recheck, err := in.writeCredentials(ctx)
 		credErr = err
 		st.Wrote = append(st.Wrote, w...)
 		st.Recheck = recheck
+		kc := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+		if fi, err := os.Stat(kc); err != nil || !fi.Mode().IsRegular() {
+			return st, errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig %s is not in place, so the plugin is not chained", kc))
+		}
 	}
 	st, err = in.ensureChain(ctx, st)
 	return st, errors.Join(credErr, err)
@@ -180,22 +187,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 // wins when another installer runs too) and the kubeconfig when they differ
 // from what is on disk.
 func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
-	tok, err := in.cfg.Client.token()
-	if err != nil {
-		return nil, false, err
-	}
-	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
-	write := true
-	if cur, err := os.ReadFile(tokenPath); err == nil {
-		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
-	}
-	if write {
-		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
-			return nil, false, fmt.Errorf("writing the plugin's token file: %w", err)
-		}
-		wrote = append(wrote, "token")
-		in.cfg.Metrics.wrote("token")
-	}
+	// The kubeconfig first: it names the token file and holds no secret.
 	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
 	if err != nil {
 		return nil, false, err
@@ -207,6 +199,22 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 		}
 		wrote = append(wrote, "kubeconfig")
 		in.cfg.Metrics.wrote("kubeconfig")
+	}
+	tok, err := in.cfg.Client.token()
+	if err != nil {
+		return wrote, false, err
+	}
+	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
+	write := true
+	if cur, err := os.ReadFile(tokenPath); err == nil {
+		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
+	}
+	if write {
+		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
+			return wrote, false, fmt.Errorf("writing the plugin's token file: %w", err)
+		}
+		wrote = append(wrote, "token")
+		in.cfg.Metrics.wrote("token")
 	}
 	return wrote, recheck, nil
 }
