@@ -32,6 +32,9 @@ const (
 	// EventCNINotReady (Warning, node): readiness label removed (and the
 	// startup taint re-added when asked).
 	EventCNINotReady = "CNINotReady"
+	// EventCNIUninstalled (Normal, node): an installer pod in uninstall mode
+	// runs on the node; readiness label and startup taint removed.
+	EventCNIUninstalled = "CNIUninstalled"
 )
 
 // NodeReadiness labels a node consul.hashicorp.com/cni=ready and removes its
@@ -170,59 +173,95 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	labelPath := "/metadata/labels/" + jsonPointerEscape(annotations.LabelCNIReady)
-	cniPod := ReadyCNIPod(n.cniPods, name)
 	var ops []jsonOp
 	var changes []string
-	if cniPod != nil {
-		if !NodeLabelledReady(node) {
-			if node.Labels == nil {
-				// Adding the whole map replaces any labels the node has
-				// meanwhile: only on the version that has none.
-				ops = append(ops,
-					jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
-					jsonOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}})
-			} else {
-				ops = append(ops, jsonOp{Op: "add", Path: labelPath, Value: annotations.LabelCNIReadyValue})
-			}
-			changes = append(changes, ChangeLabelAdded)
-		}
-		if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
-			kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
-			for _, t := range node.Spec.Taints {
-				if t.Key != n.cfg.StartupTaintKey {
-					kept = append(kept, t)
-				}
-			}
-			ops = append(ops, jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints})
-			if len(kept) == 0 {
-				ops = append(ops, jsonOp{Op: "remove", Path: "/spec/taints"})
-			} else {
-				ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
-			}
-			changes = append(changes, ChangeTaintRemoved)
-		}
-	} else {
-		if NodeLabelledReady(node) {
-			ops = append(ops,
-				jsonOp{Op: "test", Path: labelPath, Value: annotations.LabelCNIReadyValue},
-				jsonOp{Op: "remove", Path: labelPath})
-			changes = append(changes, ChangeLabelRemoved)
-		}
-		if n.cfg.ReaddStartupTaint && !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
-			taint := corev1.Taint{Key: n.cfg.StartupTaintKey, Effect: n.cfg.StartupTaintEffect}
-			if len(node.Spec.Taints) == 0 {
-				ops = append(ops,
-					jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
-					jsonOp{Op: "add", Path: "/spec/taints", Value: []corev1.Taint{taint}})
-			} else {
-				ops = append(ops,
-					jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
-					jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
-			}
-			changes = append(changes, ChangeTaintAdded)
+	cniPod := ReadyCNIPod(n.cniPods, name)
+	remover := UninstallingCNIPod(n.cniPods, name)
+	switch {
+	case remover != nil:
+		// The plugin is being removed from the node: nothing may wait for
+		// it or select the node for it any more.
+		ops, changes = n.removeLabelOps(node, ops, changes)
+		ops, changes = n.removeTaintOps(node, ops, changes)
+	case cniPod != nil:
+		ops, changes = n.addLabelOps(node, ops, changes)
+		ops, changes = n.removeTaintOps(node, ops, changes)
+	default:
+		ops, changes = n.removeLabelOps(node, ops, changes)
+		if n.cfg.ReaddStartupTaint {
+			ops, changes = n.addTaintOps(node, ops, changes)
 		}
 	}
+	return n.patch(ctx, node, ops, changes, cniPod, remover)
+}
+
+func (n *NodeReadiness) addLabelOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+	if NodeLabelledReady(node) {
+		return ops, changes
+	}
+	if node.Labels == nil {
+		// Adding the whole map replaces any labels the node has meanwhile:
+		// only on the version that has none.
+		ops = append(ops,
+			jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+			jsonOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}})
+	} else {
+		ops = append(ops, jsonOp{Op: "add", Path: labelPath, Value: annotations.LabelCNIReadyValue})
+	}
+	return ops, append(changes, ChangeLabelAdded)
+}
+
+func (n *NodeReadiness) removeLabelOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+	if !NodeLabelledReady(node) {
+		return ops, changes
+	}
+	ops = append(ops,
+		jsonOp{Op: "test", Path: labelPath, Value: annotations.LabelCNIReadyValue},
+		jsonOp{Op: "remove", Path: labelPath})
+	return ops, append(changes, ChangeLabelRemoved)
+}
+
+func (n *NodeReadiness) removeTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+	if !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+		return ops, changes
+	}
+	kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
+	for _, t := range node.Spec.Taints {
+		if t.Key != n.cfg.StartupTaintKey {
+			kept = append(kept, t)
+		}
+	}
+	ops = append(ops, jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints})
+	if len(kept) == 0 {
+		ops = append(ops, jsonOp{Op: "remove", Path: "/spec/taints"})
+	} else {
+		ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
+	}
+	return ops, append(changes, ChangeTaintRemoved)
+}
+
+func (n *NodeReadiness) addTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+	if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+		return ops, changes
+	}
+	taint := corev1.Taint{Key: n.cfg.StartupTaintKey, Effect: n.cfg.StartupTaintEffect}
+	if len(node.Spec.Taints) == 0 {
+		ops = append(ops,
+			jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+			jsonOp{Op: "add", Path: "/spec/taints", Value: []corev1.Taint{taint}})
+	} else {
+		ops = append(ops,
+			jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
+			jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
+	}
+	return ops, append(changes, ChangeTaintAdded)
+}
+
+var labelPath = "/metadata/labels/" + jsonPointerEscape(annotations.LabelCNIReady)
+
+// patch sends the node's patch, counts and announces it.
+func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, ops []jsonOp, changes []string, cniPod, remover *corev1.Pod) error {
+	name := node.Name
 	if len(ops) == 0 {
 		return nil
 	}
@@ -248,6 +287,12 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 		return fmt.Errorf("patch node %s: %w", name, err)
 	}
 	desc := strings.Join(changes, ", ")
+	if remover != nil {
+		logger.Info("Node CNI uninstalling", "cniPod", klog.KObj(remover))
+		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIUninstalled,
+			"CNI pod %s/%s removes consul-cni from this node: %s", remover.Namespace, remover.Name, desc)
+		return nil
+	}
 	if cniPod != nil {
 		logger.Info("Node CNI ready", "cniPod", klog.KObj(cniPod))
 		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIReady,
