@@ -4,6 +4,8 @@
 //	consul-cni-installer [run]     install and keep the chain (default)
 //	consul-cni-installer ready     exit 0 only when the plugin is really chained (readiness probe)
 //	consul-cni-installer uninstall remove the plugin, its chain entries and files
+//	                               (--wait: and keep it removed until SIGTERM)
+//	consul-cni-installer uninstalled exit 0 only when nothing of the plugin is left (probe of uninstall --wait)
 package main
 
 import (
@@ -45,6 +47,8 @@ type options struct {
 	MetricsAddr  string
 	// ExpectInstalled makes uninstall fail when nothing of ours was found.
 	ExpectInstalled bool
+	// Wait keeps uninstall running: the node is kept clean until SIGTERM.
+	Wait bool
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
@@ -59,6 +63,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Resync, "resync", 30*time.Second, "period of full passes besides file events; also bounds the age of the plugin's token copy")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
 	fs.BoolVar(&o.ExpectInstalled, "expect-installed", false, "uninstall: fail when nothing of consul-cni was found on the node")
+	fs.BoolVar(&o.Wait, "wait", false, "uninstall: keep running and keep the node clean (every --resync) until SIGTERM; readiness: the uninstalled subcommand")
 }
 
 func (o *options) Validate() error {
@@ -110,7 +115,7 @@ func run(args []string) int {
 	o.AddFlags(fs)
 	cmdutil.AddKlogFlags(fs, "v", "vmodule")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall|uninstalled] [flags]\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -160,8 +165,10 @@ func run(args []string) int {
 		return 0
 	case "uninstall":
 		return uninstall(ctx, o)
+	case "uninstalled":
+		return uninstalled(o)
 	default:
-		fmt.Fprintf(os.Stderr, "consul-cni-installer: unknown subcommand %q (want run, ready or uninstall)\n", sub)
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: unknown subcommand %q (want run, ready, uninstall or uninstalled)\n", sub)
 		return 2
 	}
 }
@@ -175,6 +182,11 @@ func uninstall(ctx context.Context, o *options) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
 		return 2
+	}
+	if o.Wait {
+		logger.Info("Removing consul-cni from the node and keeping it removed until stopped", "netDir", o.NetDir, "binDir", o.BinDir)
+		in.KeepUninstalled(ctx, nil)
+		return 0
 	}
 	res, err := in.Uninstall(ctx)
 	if err != nil {
@@ -190,6 +202,27 @@ func uninstall(ctx context.Context, o *options) int {
 		return 0
 	}
 	logger.Info("Uninstalled consul-cni from the node", "removed", res.Removed, "keptBinary", res.KeptBinary)
+	return 0
+}
+
+// uninstalled is the readiness probe of uninstall --wait: exit 0 only when
+// nothing of the plugin is left on the node.
+func uninstalled(o *options) int {
+	in, err := install.New(o.config())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
+		return 2
+	}
+	left, err := in.Leftovers()
+	if err != nil {
+		fmt.Printf("not uninstalled: %v\n", err)
+		return 1
+	}
+	if len(left) > 0 {
+		fmt.Printf("not uninstalled: left on the node: %s\n", strings.Join(left, ", "))
+		return 1
+	}
+	fmt.Println("uninstalled: nothing of consul-cni is left on the node")
 	return 0
 }
 

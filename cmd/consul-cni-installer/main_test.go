@@ -81,8 +81,17 @@ func TestExitCodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bin", "consul-cni"), []byte("x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	args[0] = "uninstalled"
+	if code := run(args); code != 1 {
+		t.Errorf("uninstalled with the binary in place: exit %d", code)
+	}
+	args[0] = "uninstall"
 	if code := run(append(args, "--expect-installed")); code != 0 {
 		t.Errorf("uninstall --expect-installed with the binary in place: exit %d", code)
+	}
+	args[0] = "uninstalled"
+	if code := run(args); code != 0 {
+		t.Errorf("uninstalled on a clean node: exit %d", code)
 	}
 }
 

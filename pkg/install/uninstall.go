@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -51,9 +52,13 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 	if err := in.unchainAll(ctx, &res); err != nil {
 		return res, fmt.Errorf("%w; the plugin's binary and credentials are kept until every list is clean", err)
 	}
-	foreign, err := in.foreignEntries()
+	ours, foreign, err := in.entriesLeft()
 	if err != nil {
 		return res, err
+	}
+	if len(ours) > 0 {
+		// Put back meanwhile (an installer of ours still running).
+		return res, fmt.Errorf("consul-cni entries came back in %v; the plugin's binary and credentials are kept", ours)
 	}
 	var errs []error
 	for _, f := range []string{filepath.Join(in.cfg.NetDir, KubeconfigFileName), filepath.Join(in.cfg.NetDir, TokenFileName)} {
@@ -204,18 +209,117 @@ func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (cha
 	return changed, nil
 }
 
-// foreignEntries lists the configuration files whose chain still holds a
-// consul-cni entry once the installer's own are gone.
-func (in *Installer) foreignEntries() ([]string, error) {
+// entriesLeft lists the configuration files whose chain (as the runtime
+// loads it) holds a consul-cni entry of the installer's (ours) or of
+// another installer (foreign).
+func (in *Installer) entriesLeft() (ours, foreign []string, err error) {
 	cands, err := ScanConfDir(in.cfg.NetDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, c := range cands {
-		if c.Network != nil && State(c.Network).Count > 0 {
-			out = append(out, c.Path)
+		if c.Network == nil {
+			continue
+		}
+		o, f := false, false
+		for _, p := range c.Network.Plugins {
+			if p.Network.Type == PluginType {
+				mine := in.isOurs(p.Bytes)
+				o, f = o || mine, f || !mine
+			}
+		}
+		if o {
+			ours = append(ours, c.Path)
+		}
+		if f {
+			foreign = append(foreign, c.Path)
 		}
 	}
-	return out, nil
+	return ours, foreign, nil
+}
+
+// Leftovers lists what of the installer's is still on the node: its entries
+// in configuration lists and plugin directories, set-aside files, the
+// kubeconfig, the token, and the binary unless another installer's entry
+// names it. Empty means the node is clean (the uninstall mode's readiness).
+func (in *Installer) Leftovers() ([]string, error) {
+	var left []string
+	entries, err := os.ReadDir(in.cfg.NetDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), BackupSuffix) {
+			left = append(left, e.Name())
+		}
+	}
+	cands, err := ScanConfDir(in.cfg.NetDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cands {
+		if !c.List || c.Raw == nil {
+			continue
+		}
+		l, err := decodeList(c.Raw)
+		if err != nil {
+			continue
+		}
+		for _, p := range l.plugins {
+			if in.isOurs(p) {
+				left = append(left, filepath.Base(c.Path)+": entry")
+			}
+		}
+		files, err := pluginDirFiles(c.Path, l.name(), true)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && in.isOurs(b) {
+				left = append(left, filepath.Join(filepath.Base(filepath.Dir(f)), filepath.Base(f)))
+			}
+		}
+	}
+	for _, f := range []string{KubeconfigFileName, TokenFileName} {
+		if exists(filepath.Join(in.cfg.NetDir, f)) {
+			left = append(left, f)
+		}
+	}
+	if exists(filepath.Join(in.cfg.BinDir, PluginType)) {
+		_, foreign, err := in.entriesLeft()
+		if err != nil {
+			return nil, err
+		}
+		if len(foreign) == 0 {
+			left = append(left, PluginType)
+		}
+	}
+	return left, nil
+}
+
+// KeepUninstalled runs Uninstall at once and then every Resync until ctx
+// is cancelled, so the node stays clean (the uninstall overlay's
+// DaemonSet); report, when not nil, receives each outcome.
+func (in *Installer) KeepUninstalled(ctx context.Context, report func(UninstallResult, error)) {
+	log := klog.FromContext(ctx)
+	t := time.NewTicker(in.cfg.Resync)
+	defer t.Stop()
+	for {
+		res, err := in.Uninstall(ctx)
+		switch {
+		case err != nil:
+			log.Error(err, "Uninstall incomplete; will retry")
+		case res.Found():
+			log.Info("Removed consul-cni from the node", "removed", res.Removed, "keptBinary", res.KeptBinary)
+		}
+		if report != nil {
+			report(res, err)
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("Stopping; nothing of consul-cni is put back")
+			return
+		case <-t.C:
+		}
+	}
 }

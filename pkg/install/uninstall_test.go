@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam":{"type":"host-local"}}]}`
@@ -126,5 +127,73 @@ func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
 	missing = n.installer(t, func(c *Config) { c.BinDir = filepath.Join(n.root, "nobin") })
 	if _, err := missing.Uninstall(context.Background()); err == nil || !strings.Contains(err.Error(), "cni-bin-dir") {
 		t.Fatalf("missing bin dir: %v", err)
+	}
+}
+
+func TestLeftovers(t *testing.T) {
+	n := newNode(t)
+	writeFiles(t, n.net, map[string]string{"10-flannel.conf": flannelConf})
+	in := n.installer(t)
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	left, err := in.Leftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", KubeconfigFileName, TokenFileName, PluginType}
+	if strings.Join(left, ",") != strings.Join(want, ",") {
+		t.Fatalf("leftovers %v, want %v", left, want)
+	}
+	if _, err := in.Uninstall(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := in.Leftovers(); err != nil || len(left) != 0 {
+		t.Fatalf("after uninstall: %v %v", left, err)
+	}
+}
+
+// The uninstall mode removes again what comes back (an installer of ours
+// that was still stopping) until it is cancelled.
+func TestKeepUninstalled(t *testing.T) {
+	n, in := installed(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	passes := make(chan error)
+	proceed := make(chan struct{})
+	done := make(chan struct{})
+	keeper := n.installer(t, func(c *Config) { c.Resync = 10 * time.Millisecond })
+	go func() {
+		defer close(done)
+		keeper.KeepUninstalled(ctx, func(_ UninstallResult, err error) {
+			select {
+			case passes <- err:
+				<-proceed
+			case <-ctx.Done():
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		close(proceed)
+		<-done
+	})
+	if err := <-passes; err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := in.Leftovers(); len(left) != 0 {
+		t.Fatalf("left after the first pass: %v", left)
+	}
+	if _, err := in.Reconcile(context.Background()); err != nil { // put back
+		t.Fatal(err)
+	}
+	if left, _ := in.Leftovers(); len(left) == 0 {
+		t.Fatal("nothing put back")
+	}
+	proceed <- struct{}{}
+	if err := <-passes; err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := in.Leftovers(); len(left) != 0 {
+		t.Fatalf("left after the next pass: %v", left)
 	}
 }
