@@ -27,6 +27,7 @@ import (
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -49,6 +50,9 @@ type options struct {
 	ExpectInstalled bool
 	// Wait keeps uninstall running: the node is kept clean until SIGTERM.
 	Wait bool
+	// ExcludeNamespaces is the plugin's exclude_namespaces (unset: the
+	// plugin's default, kube-system).
+	ExcludeNamespaces []string
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
@@ -63,6 +67,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Resync, "resync", 30*time.Second, "period of full passes besides file events; also bounds the age of the plugin's token copy")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
 	fs.BoolVar(&o.ExpectInstalled, "expect-installed", false, "uninstall: fail when nothing of consul-cni was found on the node")
+	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", nil, "the plugin's exclude_namespaces: namespaces whose pods it passes through without any API call (unset: the plugin's default, kube-system)")
 	fs.BoolVar(&o.Wait, "wait", false, "uninstall: keep running and keep the node clean (every --resync) until SIGTERM; readiness: the uninstalled subcommand")
 }
 
@@ -79,6 +84,11 @@ func (o *options) Validate() error {
 	case "trace", "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("--log-level: %q is not one of trace, debug, info, warn, error", o.LogLevel)
+	}
+	for _, ns := range o.ExcludeNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--exclude-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
 	}
 	if o.Resync < time.Second {
 		return fmt.Errorf("--resync: %s is shorter than 1s", o.Resync)
@@ -102,6 +112,7 @@ func (o *options) config() install.Config {
 	return install.Config{
 		BinDir: o.BinDir, NetDir: o.NetDir, HostBinDir: o.HostBinDir, HostNetDir: o.HostNetDir,
 		PluginBinary: o.PluginBinary, LogLevel: o.LogLevel, Multus: o.Multus, Resync: o.Resync,
+		ExcludeNamespaces: o.ExcludeNamespaces,
 	}
 }
 

@@ -36,6 +36,7 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--resync=10ms"}, "--resync"},
 		{[]string{"--metrics-bind-address=9090"}, "--metrics-bind-address"},
+		{[]string{"--exclude-namespaces=kube-system,Bad_NS"}, "--exclude-namespaces"},
 	} {
 		if _, _, err := parse(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.wantErr)

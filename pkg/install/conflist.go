@@ -53,6 +53,9 @@ type PluginConfig struct {
 	Kubeconfig string `json:"kubeconfig"`
 	LogLevel   string `json:"log_level"`
 	Multus     bool   `json:"multus"`
+	// ExcludeNamespaces is written only when set (the plugin's default is
+	// kube-system).
+	ExcludeNamespaces []string `json:"exclude_namespaces,omitempty"`
 }
 
 func (p PluginConfig) json() json.RawMessage {

@@ -43,6 +43,9 @@ type Config struct {
 	PluginBinary string
 	LogLevel     string
 	Multus       bool
+	// ExcludeNamespaces goes into the entry's exclude_namespaces when not
+	// empty.
+	ExcludeNamespaces []string
 	// Client is the source of the plugin's kubeconfig. When nil no
 	// kubeconfig is written (the plugin then cannot reach the API).
 	Client *ClientSource
@@ -104,6 +107,8 @@ func (in *Installer) Entry() PluginConfig {
 		Kubeconfig: KubeconfigFileName,
 		LogLevel:   in.cfg.LogLevel,
 		Multus:     in.cfg.Multus,
+
+		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 	}
 }
 
