@@ -152,11 +152,32 @@ func ReadyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
 	}
 	for _, o := range objs {
 		pod, ok := o.(*corev1.Pod)
-		if ok && PodReady(pod) {
+		if ok && PodReady(pod) && !uninstalling(pod) {
 			return pod
 		}
 	}
 	return nil
+}
+
+// UninstallingCNIPod returns a CNI pod on node that runs the installer in
+// uninstall mode (label annotations.LabelInstallerMode), nil when there is
+// none. Such a pod is never a ready CNI pod, whatever its readiness.
+func UninstallingCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(IndexByNode, node)
+	if err != nil {
+		return nil
+	}
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if ok && pod.DeletionTimestamp == nil && uninstalling(pod) {
+			return pod
+		}
+	}
+	return nil
+}
+
+func uninstalling(pod *corev1.Pod) bool {
+	return pod.Labels[annotations.LabelInstallerMode] == annotations.InstallerModeUninstall
 }
 
 // PodReady reports whether pod is Ready, running and not being deleted.
