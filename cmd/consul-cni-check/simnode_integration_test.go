@@ -128,7 +128,7 @@ func TestCheckOnSimulatedNodes(t *testing.T) {
 	if err := in.Ready(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { in.Uninstall(context.Background()) })
+	t.Cleanup(func() { _, _ = in.Uninstall(context.Background()) })
 
 	probe := netip4(ext.V4, 15002)
 	for _, p := range []*corev1.Pod{injectedPod("meshed", chained.Name(), probe, 2*time.Minute), injectedPod("bypassed", bare.Name(), probe, 10*time.Second)} {

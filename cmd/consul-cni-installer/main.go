@@ -4,6 +4,8 @@
 //	consul-cni-installer [run]     install and keep the chain (default)
 //	consul-cni-installer ready     exit 0 only when the plugin is really chained (readiness probe)
 //	consul-cni-installer uninstall remove the plugin, its chain entries and files
+//	                               (--wait: and keep it removed until SIGTERM)
+//	consul-cni-installer uninstalled exit 0 only when nothing of the plugin is left (probe of uninstall --wait)
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -38,6 +41,13 @@ type options struct {
 	Multus       bool
 	Resync       time.Duration
 	MetricsAddr  string
+	// ExpectInstalled makes uninstall fail when nothing of ours was found.
+	ExpectInstalled bool
+	// Wait keeps uninstall running: the node is kept clean until SIGTERM.
+	Wait bool
+	// ExcludeNamespaces is the plugin's exclude_namespaces (unset: the
+	// plugin's default, kube-system).
+	ExcludeNamespaces []string
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
@@ -51,6 +61,9 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Multus, "multus", false, "the plugin runs as a Multus delegate (multus in the chain entry)")
 	fs.DurationVar(&o.Resync, "resync", 30*time.Second, "period of full passes besides file events; also bounds the age of the plugin's token copy")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
+	fs.BoolVar(&o.ExpectInstalled, "expect-installed", false, "uninstall: fail when nothing of consul-cni was found on the node")
+	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", nil, "the plugin's exclude_namespaces: namespaces whose pods it passes through without any API call (unset: the plugin's default, kube-system)")
+	fs.BoolVar(&o.Wait, "wait", false, "uninstall: keep running and keep the node clean (every --resync) until SIGTERM; readiness: the uninstalled subcommand")
 }
 
 func (o *options) Validate() error {
@@ -66,6 +79,11 @@ func (o *options) Validate() error {
 	case "trace", "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("--log-level: %q is not one of trace, debug, info, warn, error", o.LogLevel)
+	}
+	for _, ns := range o.ExcludeNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--exclude-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
 	}
 	if o.Resync < time.Second {
 		return fmt.Errorf("--resync: %s is shorter than 1s", o.Resync)
@@ -89,6 +107,7 @@ func (o *options) config() install.Config {
 	return install.Config{
 		BinDir: o.BinDir, NetDir: o.NetDir, HostBinDir: o.HostBinDir, HostNetDir: o.HostNetDir,
 		PluginBinary: o.PluginBinary, LogLevel: o.LogLevel, Multus: o.Multus, Resync: o.Resync,
+		ExcludeNamespaces: o.ExcludeNamespaces,
 	}
 }
 
@@ -105,7 +124,7 @@ func run(args []string) int {
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall] [flags]\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall|uninstalled] [flags]\n\n%s", fs.FlagUsages())
 	}
 	if code, done := cmdutil.Parse(fs, command, args, cmdutil.NewLogging()); done {
 		return code
@@ -151,20 +170,66 @@ func run(args []string) int {
 		fmt.Println("ready: consul-cni is installed and last in the runtime's CNI chain")
 		return 0
 	case "uninstall":
-		in, err := install.New(o.config())
-		if err == nil {
-			err = in.Uninstall(ctx)
-		}
-		if err != nil {
-			logger.Error(err, "Uninstall incomplete")
-			return 1
-		}
-		logger.Info("Uninstalled consul-cni from the node")
-		return 0
+		return uninstall(ctx, o)
+	case "uninstalled":
+		return uninstalled(o)
 	default:
-		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready or uninstall)", sub))
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready, uninstall or uninstalled)", sub))
 		return cmdutil.ExitUsage
 	}
+}
+
+// uninstall removes the plugin from the node; exit 1 when that is not
+// complete, when the directories do not exist, or when nothing was found
+// and --expect-installed is set.
+func uninstall(ctx context.Context, o *options) int {
+	logger := klog.FromContext(ctx)
+	in, err := install.New(o.config())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
+		return 2
+	}
+	if o.Wait {
+		logger.Info("Removing consul-cni from the node and keeping it removed until stopped", "netDir", o.NetDir, "binDir", o.BinDir)
+		in.KeepUninstalled(ctx, nil)
+		return 0
+	}
+	res, err := in.Uninstall(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall: %v\n", err)
+		return 1
+	}
+	if !res.Found() {
+		if o.ExpectInstalled {
+			fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall: nothing of consul-cni found in %s or %s (--expect-installed)\n", o.NetDir, o.BinDir)
+			return 1
+		}
+		logger.Info("Nothing of consul-cni found on the node", "netDir", o.NetDir, "binDir", o.BinDir)
+		return 0
+	}
+	logger.Info("Uninstalled consul-cni from the node", "removed", res.Removed, "keptBinary", res.KeptBinary)
+	return 0
+}
+
+// uninstalled is the readiness probe of uninstall --wait: exit 0 only when
+// nothing of the plugin is left on the node.
+func uninstalled(o *options) int {
+	in, err := install.New(o.config())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer: %v\n", err)
+		return 2
+	}
+	left, err := in.Leftovers()
+	if err != nil {
+		fmt.Printf("not uninstalled: %v\n", err)
+		return 1
+	}
+	if len(left) > 0 {
+		fmt.Printf("not uninstalled: left on the node: %s\n", strings.Join(left, ", "))
+		return 1
+	}
+	fmt.Println("uninstalled: nothing of consul-cni is left on the node")
+	return 0
 }
 
 // podAlive asks the API whether the pod another installer's token is bound

@@ -36,6 +36,7 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--resync=10ms"}, "--resync"},
 		{[]string{"--metrics-bind-address=9090"}, "--metrics-bind-address"},
+		{[]string{"--exclude-namespaces=kube-system,Bad_NS"}, "--exclude-namespaces"},
 	} {
 		if _, _, err := parse(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.wantErr)
@@ -64,8 +65,34 @@ func TestExitCodes(t *testing.T) {
 		t.Errorf("ready on an empty node: exit %d", code)
 	}
 	args[0] = "uninstall"
+	if code := run(args); code != 1 {
+		t.Errorf("uninstall with directories that do not exist: exit %d", code)
+	}
+	for _, d := range []string{"bin", "net"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if code := run(args); code != 0 {
 		t.Errorf("uninstall on an empty node: exit %d", code)
+	}
+	if code := run(append(args, "--expect-installed")); code != 1 {
+		t.Errorf("uninstall --expect-installed on an empty node: exit %d", code)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "consul-cni"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args[0] = "uninstalled"
+	if code := run(args); code != 1 {
+		t.Errorf("uninstalled with the binary in place: exit %d", code)
+	}
+	args[0] = "uninstall"
+	if code := run(append(args, "--expect-installed")); code != 0 {
+		t.Errorf("uninstall --expect-installed with the binary in place: exit %d", code)
+	}
+	args[0] = "uninstalled"
+	if code := run(args); code != 0 {
+		t.Errorf("uninstalled on a clean node: exit %d", code)
 	}
 }
 

@@ -74,9 +74,12 @@ const (
 	// TaintCNINotReady is the default key of the startup taint removed from
 	// a node once its CNI is ready.
 	TaintCNINotReady = "consul.hashicorp.com/cni-not-ready"
-	// KeyCNIReadySince is the Node annotation the repair controller writes
-	// with the LabelCNIReady label: since when the node's CNI is ready.
-	KeyCNIReadySince = "consul.hashicorp.com/cni-ready-since"
+	// LabelInstallerMode on a CNI installer pod set to
+	// InstallerModeUninstall says the pod removes the plugin from its node:
+	// the node is not CNI ready, loses the readiness label and the startup
+	// taint, and is never repaired on.
+	LabelInstallerMode     = "consul.hashicorp.com/cni-installer-mode"
+	InstallerModeUninstall = "uninstall"
 	// LabelUninitialized marks a pod found running outside the mesh when the
 	// repair controller's action is "label".
 	LabelUninitialized      = "consul.hashicorp.com/cni-uninitialized"

@@ -53,6 +53,9 @@ type PluginConfig struct {
 	Kubeconfig string `json:"kubeconfig"`
 	LogLevel   string `json:"log_level"`
 	Multus     bool   `json:"multus"`
+	// ExcludeNamespaces is written only when set (the plugin's default is
+	// kube-system).
+	ExcludeNamespaces []string `json:"exclude_namespaces,omitempty"`
 }
 
 func (p PluginConfig) json() json.RawMessage {
@@ -295,9 +298,15 @@ func sameJSON(a, b []byte) bool {
 // withoutPlugin drops every consul-cni entry; changed reports whether any
 // was there.
 func (l *list) withoutPlugin() (changed bool) {
+	return l.withoutEntries(func(p []byte) bool { return pluginType(p) == PluginType })
+}
+
+// withoutEntries drops the inline plugins match selects; changed reports
+// whether any was there.
+func (l *list) withoutEntries(match func([]byte) bool) (changed bool) {
 	kept := l.plugins[:0:0]
 	for _, p := range l.plugins {
-		if pluginType(p) == PluginType {
+		if match(p) {
 			changed = true
 			continue
 		}

@@ -289,3 +289,19 @@ func FuzzChainInline(f *testing.F) {
 		}
 	})
 }
+
+// The entry carries exclude_namespaces only when it is set, and the plugin
+// reads it under that key.
+func TestEntryExcludeNamespaces(t *testing.T) {
+	n := newNode(t)
+	if b := n.installer(t).Entry().json(); strings.Contains(string(b), "exclude_namespaces") {
+		t.Fatalf("unset but written: %s", b)
+	}
+	b := n.installer(t, func(c *Config) { c.ExcludeNamespaces = []string{"kube-system", "infra"} }).Entry().json()
+	var e struct {
+		Exclude []string `json:"exclude_namespaces"`
+	}
+	if err := json.Unmarshal(b, &e); err != nil || strings.Join(e.Exclude, ",") != "kube-system,infra" {
+		t.Fatalf("entry %s (%v)", b, err)
+	}
+}

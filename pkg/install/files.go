@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // errConflict means a file changed between the installer reading it and
@@ -21,49 +23,83 @@ var errConflict = errors.New("file changed while being updated")
 // The temporary file's extension is .tmp, which no runtime reads as a
 // network configuration.
 func writeAtomic(path string, data []byte, perm fs.FileMode) error {
+	tmp, err := writeTemp(path, data, perm)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+// writeTemp writes data, synced, into a new temporary file beside path and
+// returns its name.
+func writeTemp(path string, data []byte, perm fs.FileMode) (string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
 	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
 	if err != nil {
-		return err
+		return "", err
 	}
 	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
+	err = func() error {
+		if _, err := f.Write(data); err != nil {
+			return err
 		}
+		if err := f.Chmod(perm); err != nil {
+			return err
+		}
+		return f.Sync()
 	}()
-	if _, err := f.Write(data); err != nil {
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Chmod(perm); err != nil {
-		return err
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
 	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	syncDir(dir)
-	return nil
+	return tmp, nil
 }
 
-// replaceIfUnchanged is writeAtomic guarded by a compare: when the file no
-// longer holds old (another writer got there first), nothing is written and
-// errConflict is returned. The file keeps its mode.
+// Test hooks of replaceIfUnchanged, nil outside tests: beforeCompare runs
+// once the temporary file is written and synced, afterCompare between the
+// compare and the swap.
+var beforeCompare, afterCompare func(path string)
+
+// maxRestores bounds how often replaceIfUnchanged puts back content that
+// other writers keep replacing while it restores.
+const maxRestores = 100
+
+// replaceIfUnchanged replaces path with data only when path still holds
+// old; otherwise nothing of data stays and errConflict is returned (the
+// caller reads again and starts over). The file keeps its mode.
+//
+// No write of another writer that replaces the file (write and rename, as
+// CNI installers and the runtime's own tools do) is lost: the new content
+// is written and synced first, then the file is compared with old, then the
+// two are swapped atomically (renameat2 RENAME_EXCHANGE) and what the swap
+// displaced is compared again. If another writer renamed its file in
+// between, that file is what was displaced: it is swapped back, and so is
+// any file written while doing so. Only where the file system cannot swap
+// does a plain rename follow the compare, which leaves the instant between
+// the two open.
 func replaceIfUnchanged(path string, old, data []byte) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return err
+	}
+	tmp, err := writeTemp(path, data, st.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // after a swap it holds what was displaced
+	if beforeCompare != nil {
+		beforeCompare(path)
 	}
 	cur, err := os.ReadFile(path)
 	if err != nil {
@@ -72,7 +108,69 @@ func replaceIfUnchanged(path string, old, data []byte) error {
 	if !bytes.Equal(cur, old) {
 		return errConflict
 	}
-	return writeAtomic(path, data, st.Mode().Perm())
+	if afterCompare != nil {
+		afterCompare(path)
+	}
+	swapped, err := exchange(tmp, path)
+	if err != nil {
+		return err
+	}
+	if !swapped {
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+		syncDir(filepath.Dir(path))
+		return nil
+	}
+	displaced, err := os.ReadFile(tmp)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(displaced, old) {
+		return restoreDisplaced(tmp, path, data)
+	}
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+// restoreDisplaced puts back the file another writer renamed over path just
+// before replaceIfUnchanged swapped its own in: tmp holds it, path holds
+// ours. When yet another file replaced ours meanwhile, the newest one is
+// put back in turn, until the swap displaces what it was expected to.
+func restoreDisplaced(tmp, path string, ours []byte) error {
+	expect := ours
+	for i := 0; i < maxRestores; i++ {
+		putBack, err := os.ReadFile(tmp)
+		if err != nil {
+			return err
+		}
+		if _, err := exchange(tmp, path); err != nil {
+			return err
+		}
+		got, err := os.ReadFile(tmp)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(got, expect) {
+			syncDir(filepath.Dir(path))
+			return errConflict
+		}
+		expect = putBack
+	}
+	return fmt.Errorf("%s: other writers kept replacing it while their content was being put back", path)
+}
+
+// exchange swaps the two paths atomically. swapped is false, with no error,
+// when the file system cannot swap (the caller then renames).
+func exchange(a, b string) (swapped bool, err error) {
+	err = unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
+		return false, nil
+	}
+	return false, &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
 }
 
 func syncDir(dir string) {

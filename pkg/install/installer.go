@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,6 +43,9 @@ type Config struct {
 	PluginBinary string
 	LogLevel     string
 	Multus       bool
+	// ExcludeNamespaces goes into the entry's exclude_namespaces when not
+	// empty.
+	ExcludeNamespaces []string
 	// Client is the source of the plugin's kubeconfig. When nil no
 	// kubeconfig is written (the plugin then cannot reach the API).
 	Client *ClientSource
@@ -105,6 +107,8 @@ func (in *Installer) Entry() PluginConfig {
 		Kubeconfig: KubeconfigFileName,
 		LogLevel:   in.cfg.LogLevel,
 		Multus:     in.cfg.Multus,
+
+		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 	}
 }
 
@@ -163,15 +167,22 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 		st.Wrote = append(st.Wrote, "binary")
 		in.cfg.Metrics.wrote(WroteBinary)
 	}
-	// Credentials that cannot be written do not hold the chain back: a
-	// plugin that cannot reach the API fails ADD, so pods wait instead of
-	// starting outside the mesh (fail closed), and the error is reported.
+	// A token that cannot be written does not hold the chain back: with
+	// its kubeconfig in place the plugin then fails ADD for injected pods,
+	// so they wait instead of starting outside the mesh (fail closed), and
+	// the error is reported. The kubeconfig itself must exist before the
+	// entry does: a chain without it is what the plugin takes for an
+	// uninstalled node, through which it lets every pod pass.
 	var credErr error
 	if in.cfg.Client != nil {
 		w, recheck, err := in.writeCredentials(ctx)
 		credErr = err
 		st.Wrote = append(st.Wrote, w...)
 		st.Recheck = recheck
+		kc := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+		if fi, err := os.Stat(kc); err != nil || !fi.Mode().IsRegular() {
+			return st, errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig %s is not in place, so the plugin is not chained", kc))
+		}
 	}
 	st, err = in.ensureChain(ctx, st)
 	return st, errors.Join(credErr, err)
@@ -181,22 +192,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 // wins when another installer runs too) and the kubeconfig when they differ
 // from what is on disk.
 func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
-	tok, err := in.cfg.Client.token()
-	if err != nil {
-		return nil, false, err
-	}
-	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
-	write := true
-	if cur, err := os.ReadFile(tokenPath); err == nil {
-		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
-	}
-	if write {
-		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
-			return nil, false, fmt.Errorf("writing the plugin's token file: %w", err)
-		}
-		wrote = append(wrote, "token")
-		in.cfg.Metrics.wrote(WroteToken)
-	}
+	// The kubeconfig first: it names the token file and holds no secret.
 	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
 	if err != nil {
 		return nil, false, err
@@ -208,6 +204,22 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 		}
 		wrote = append(wrote, "kubeconfig")
 		in.cfg.Metrics.wrote(WroteKubeconfig)
+	}
+	tok, err := in.cfg.Client.token()
+	if err != nil {
+		return wrote, false, err
+	}
+	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
+	write := true
+	if cur, err := os.ReadFile(tokenPath); err == nil {
+		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
+	}
+	if write {
+		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
+			return wrote, false, fmt.Errorf("writing the plugin's token file: %w", err)
+		}
+		wrote = append(wrote, "token")
+		in.cfg.Metrics.wrote(WroteToken)
 	}
 	return wrote, recheck, nil
 }
@@ -563,83 +575,4 @@ func (in *Installer) Ready() error {
 		}
 	}
 	return nil
-}
-
-// Uninstall removes what the installer added: converted files are
-// restored, consul-cni entries leave every configuration list (inline and
-// plugin directories), and the kubeconfig, token and binary are removed, in
-// that order (no chain ever names a missing binary). It must run only once
-// no installer runs on the node any more.
-func (in *Installer) Uninstall(ctx context.Context) error {
-	log := klog.FromContext(ctx)
-	var errs []error
-	keep := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	entries, err := os.ReadDir(in.cfg.NetDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	// Single-network files first, then lists the conversion set aside.
-	for _, pass := range []func(orig string) bool{
-		func(orig string) bool { e := filepath.Ext(orig); return e == ".conf" || e == ".json" },
-		func(orig string) bool { return filepath.Ext(orig) == ".conflist" },
-	} {
-		for _, e := range entries {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), BackupSuffix) {
-				continue
-			}
-			backup := filepath.Join(in.cfg.NetDir, e.Name())
-			orig := strings.TrimSuffix(backup, BackupSuffix)
-			if !pass(orig) || !exists(backup) {
-				continue
-			}
-			if filepath.Ext(orig) == ".conflist" {
-				if !exists(orig) {
-					keep(os.Rename(backup, orig))
-					log.Info("Restored a configuration list set aside by a conversion", "file", orig)
-				}
-				continue
-			}
-			converted := strings.TrimSuffix(orig, filepath.Ext(orig)) + ".conflist"
-			if exists(orig) {
-				// The primary CNI rewrote its file since: the backup is stale.
-				keep(removeIfExists(backup))
-			} else {
-				keep(os.Rename(backup, orig))
-				log.Info("Restored a converted network configuration", "file", orig)
-			}
-			if b, err := os.ReadFile(converted); err == nil && listHasPlugin(b) {
-				keep(removeIfExists(converted))
-			}
-		}
-	}
-	cands, err := ScanConfDir(in.cfg.NetDir)
-	keep(err)
-	for _, c := range cands {
-		if !c.List || c.Raw == nil {
-			continue
-		}
-		out, changed, err := UnchainInline(c.Raw)
-		if err != nil {
-			continue // not a list we can edit; nothing of ours can be in it
-		}
-		if changed {
-			keep(replaceIfUnchanged(c.Path, c.Raw, out))
-			log.Info("Removed consul-cni from a configuration list", "file", c.Path)
-		}
-		if l, err := decodeList(c.Raw); err == nil {
-			ours, err := pluginDirFiles(c.Path, l.name(), true)
-			keep(err)
-			for _, f := range ours {
-				keep(removeIfExists(f))
-			}
-		}
-	}
-	keep(removeIfExists(filepath.Join(in.cfg.NetDir, KubeconfigFileName)))
-	keep(removeIfExists(filepath.Join(in.cfg.NetDir, TokenFileName)))
-	keep(removeIfExists(filepath.Join(in.cfg.BinDir, PluginType)))
-	return errors.Join(errs...)
 }

@@ -234,7 +234,7 @@ func TestReconcilePrimaries(t *testing.T) {
 
 			// Uninstall brings back what was there (configuration lists as
 			// equal JSON, everything else byte for byte).
-			if err := in.Uninstall(ctx); err != nil {
+			if _, err := in.Uninstall(ctx); err != nil {
 				t.Fatal(err)
 			}
 			restored := snapshot(t, n.net)
@@ -775,9 +775,11 @@ func BenchmarkReconcileSteadyState(b *testing.B) {
 	}
 }
 
-// Without a readable token the chain is still written (the plugin then
-// fails ADD: pods wait rather than bypass), the error is reported and the
-// installer is not Ready.
+// Without a readable token the chain is still written, with the kubeconfig
+// (the plugin then fails ADD for injected pods: they wait rather than
+// bypass), the error is reported and the installer is not Ready. Without
+// the kubeconfig (which the plugin reads as "uninstalled") nothing is
+// chained.
 func TestChainsEvenWithoutCredentials(t *testing.T) {
 	n := newNode(t)
 	in := n.installer(t)
@@ -791,8 +793,23 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
+	if !exists(filepath.Join(n.net, KubeconfigFileName)) || exists(filepath.Join(n.net, TokenFileName)) {
+		t.Fatalf("files %v", keys(snapshot(t, n.net)))
+	}
 	if err := in.Ready(); err == nil {
 		t.Fatal("Ready without credentials")
+	}
+	nk := newNode(t)
+	ink := nk.installer(t)
+	writeFiles(t, nk.net, map[string]string{"10-kindnet.conflist": kindnet})
+	if err := os.Mkdir(filepath.Join(nk.net, KubeconfigFileName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ink.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "not chained") {
+		t.Fatalf("err = %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), PluginType) {
+		t.Fatal("chained without a kubeconfig")
 	}
 	// Without the binary nothing is chained: every ADD on the node would
 	// fail, mesh or not.

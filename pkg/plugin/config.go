@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +26,11 @@ const (
 	BackendCacheTTL = 10 * time.Minute
 	maxTimeout      = 10 * time.Minute
 )
+
+// DefaultExcludeNamespaces is exclude_namespaces when the key is absent:
+// consul-k8s never injects kube-system, and the cluster's own add-ons must
+// start on a node whatever state the plugin is in.
+var DefaultExcludeNamespaces = []string{"kube-system"}
 
 // Config is the plugin's entry in the conflist. The keys consul-k8s writes
 // keep their names and meaning; the others are optional additions.
@@ -63,6 +70,11 @@ type Config struct {
 	// StateDir holds the cached backend detection (default
 	// /var/run/consul-cni).
 	StateDir string `json:"state_dir,omitempty"`
+	// ExcludeNamespaces are namespaces whose pods the plugin passes through
+	// without any API call (nil: DefaultExcludeNamespaces; an empty list
+	// excludes none). Their pods start even when the plugin cannot reach
+	// the API.
+	ExcludeNamespaces *[]string `json:"exclude_namespaces,omitempty"`
 
 	apiTimeout      time.Duration
 	iptablesTimeout time.Duration
@@ -155,7 +167,26 @@ func (c *Config) validate() error {
 	if c.LogFile != "" && !filepath.IsAbs(c.LogFile) {
 		return &ConfigError{"log_file", c.LogFile, "is not an absolute path"}
 	}
+	if c.ExcludeNamespaces != nil {
+		for _, ns := range *c.ExcludeNamespaces {
+			if !dns1123Label.MatchString(ns) || len(ns) > 63 {
+				return &ConfigError{"exclude_namespaces", ns, "is not a namespace name"}
+			}
+		}
+	}
 	return nil
+}
+
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// excluded reports whether pods of namespace ns are passed through without
+// looking at them (exclude_namespaces).
+func (c *Config) excluded(ns string) bool {
+	list := DefaultExcludeNamespaces
+	if c.ExcludeNamespaces != nil {
+		list = *c.ExcludeNamespaces
+	}
+	return slices.Contains(list, ns)
 }
 
 func duration(key, s string, def time.Duration) (time.Duration, error) {

@@ -14,6 +14,11 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 )
 
+// ErrNoKubeconfig means the configured kubeconfig does not exist at all (in
+// neither form): the installer removed it with the plugin (uninstall), or
+// someone removed it by hand.
+var ErrNoKubeconfig = errors.New("no kubeconfig found")
+
 // ResolveKubeconfig returns the kubeconfig file to use, as consul-k8s's
 // plugin does: dir/name when it is a regular file, otherwise the most
 // recently modified regular file dir/name-* (installers that version the
@@ -42,7 +47,7 @@ func ResolveKubeconfig(dir, name string) (string, error) {
 		}
 	}
 	if best == "" {
-		return "", fmt.Errorf("no kubeconfig found: neither %s nor %s-* exists (the consul-cni installer writes it)", path, path)
+		return "", fmt.Errorf("%w: neither %s nor %s-* exists (the consul-cni installer writes it)", ErrNoKubeconfig, path, path)
 	}
 	return best, nil
 }

@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -160,7 +161,21 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		return nil, errors.New("consul-cni: CNI_ARGS has neither K8S_POD_NAMESPACE and K8S_POD_NAME (Kubernetes) nor CONSUL_IPTABLES_CONFIG (Nomad); not running for a pod")
 	}
 	tg := &target{what: "pod " + a.PodNamespace + "/" + a.PodName}
+	if conf.excluded(a.PodNamespace) {
+		log.Debug("namespace is in exclude_namespaces; not redirecting")
+		tg.skip = true
+		return tg, nil
+	}
 	client, path, err := p.NewClient(conf)
+	if errors.Is(err, ErrNoKubeconfig) {
+		// The installer writes the kubeconfig before it chains the plugin
+		// and removes it only after the entry is gone from every list, so
+		// a chain without it is an uninstall in progress or credentials
+		// removed by hand: the node no longer runs the plugin.
+		log.Warn("consul-cni is uninstalled from this node (its kubeconfig is gone); not redirecting", "error", err.Error())
+		tg.skip = true
+		return tg, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: cannot build the Kubernetes client: %w", tg.what, err)
 	}
@@ -208,6 +223,11 @@ func apiHint(ctx context.Context, err error, conf *Config) error {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) {
 		return fmt.Errorf("%w (gave up at api_timeout %s: is the API server reachable from the node?)", err, conf.apiTimeout)
+	}
+	var ae *APIError
+	if errors.As(err, &ae) && (ae.Code == http.StatusUnauthorized || ae.Code == http.StatusForbidden) {
+		return fmt.Errorf("%w (the plugin's credentials were refused: the consul-cni installer on this node keeps them current; "+
+			"if it was removed without running its uninstall, the plugin is still chained with stale credentials)", err)
 	}
 	return err
 }
@@ -316,22 +336,39 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	return nil
 }
 
-// Status implements CNI STATUS (spec 1.1.0): the plugin is ready when the
-// iptables tools it needs are installed and, for Kubernetes, its kubeconfig
-// exists and loads.
+// Status implements CNI STATUS (spec 1.1.0). It fails only when ADD would
+// fail for every pod for a reason the node's operator must fix on the node:
+// the iptables tools are missing. A problem with the plugin's credentials
+// or the API is logged and left to ADD (which fails closed for injected
+// pods) and to the installer's readiness: a runtime that sees STATUS fail
+// reports the node's network as not ready, and the node lifecycle
+// controller would then evict every pod of the node.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	conf, err := parseConfig(args.StdinData)
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
-	_, closeLog := p.logger(conf, "STATUS", args, cniArgs{})
+	log, closeLog := p.logger(conf, "STATUS", args, cniArgs{})
 	defer closeLog()
+	if missing := missingTools(conf); missing != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
+	}
+	if conf.Kubeconfig != "" {
+		if _, path, err := p.NewClient(conf); err != nil {
+			log.Warn("the plugin's kubeconfig is not usable: ADD fails for injected pods until it is", "kubeconfig", path, "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// missingTools returns the iptables tools missing for every usable backend,
+// nil when one backend has them all.
+func missingTools(conf *Config) []string {
 	backends := []redirect.Backend{conf.backend}
 	if conf.autoBackend {
 		backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy, redirect.BackendDefault}
 	}
 	var missing []string
-	found := false
 	for _, b := range backends {
 		ok := true
 		for _, f := range redirect.Families {
@@ -343,19 +380,10 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 			}
 		}
 		if ok {
-			found = true
-			break
+			return nil
 		}
 	}
-	if !found {
-		return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
-	}
-	if conf.Kubeconfig != "" {
-		if _, _, err := p.NewClient(conf); err != nil {
-			return types.NewError(types.ErrPluginNotAvailable, "consul-cni: kubeconfig not usable: "+err.Error(), "")
-		}
-	}
-	return nil
+	return missing
 }
 
 // GC implements CNI GC (spec 1.1.0). The plugin keeps no state outside pod

@@ -583,32 +583,63 @@ func TestDel(t *testing.T) {
 	}
 }
 
+// STATUS fails only for what the node's operator must fix on the node (the
+// iptables tools); credentials that cannot be used are logged, not
+// reported, since a failing STATUS makes the runtime report the node's
+// network not ready. ADD for an injected pod still fails closed.
 func TestStatusAndGC(t *testing.T) {
-	e := newEnv(t)
-	stdin := conflistEntry("1.1.0", "")
+	e := newEnv(t, injectedPod("web", nil))
 	e.p.NewClient = NewKubeClient
-	err := e.p.Status(args(stdin, ""))
-	var te *types.Error
-	if !errors.As(err, &te) || te.Code != types.ErrPluginNotAvailable {
-		t.Fatalf("status without kubeconfig: %v", err)
+	toolsOK := missingTools(&Config{autoBackend: true}) == nil
+	status := func(stdin string) {
+		t.Helper()
+		err := e.p.Status(args(stdin, ""))
+		var te *types.Error
+		switch {
+		case toolsOK && err != nil:
+			t.Fatalf("status: %v", err)
+		case !toolsOK && (!errors.As(err, &te) || !strings.Contains(te.Msg, "iptables tools")):
+			t.Fatalf("status on a machine without iptables tools: %v", err)
+		}
 	}
 	dir := t.TempDir()
+	stdin := `{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc"}`
+	// No kubeconfig at all (uninstalled): ready.
+	status(stdin)
+	// The kubeconfig names a token file that is missing: unreadable
+	// credentials, still ready; ADD for an injected pod fails closed.
 	writeKubeconfig(t, filepath.Join(dir, "kc"))
-	// The token the kubeconfig names is missing: not ready.
-	stdin = `{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc"}`
-	if err := e.p.Status(args(stdin, "")); !errors.As(err, &te) || !strings.Contains(te.Msg, "token") {
-		t.Fatalf("status with a missing token file: %v", err)
+	e.stderr.Reset()
+	status(stdin)
+	if toolsOK && !strings.Contains(e.stderr.String(), "not usable") {
+		t.Errorf("unusable credentials not logged: %s", e.stderr)
 	}
+	add := `{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc","prevResult":` +
+		`{"cniVersion":"1.1.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}}`
+	if err := e.p.Add(args(add, podArgs("web"))); err == nil || !strings.Contains(err.Error(), "tokenFile") {
+		t.Fatalf("ADD with unreadable credentials: %v", err)
+	}
+	if e.tables() != emptyTables || e.stdout.Len() != 0 {
+		t.Fatalf("ADD failed but left rules or printed a result: %s", e.stdout)
+	}
+	// A kubeconfig that is not one: same.
+	if err := os.WriteFile(filepath.Join(dir, "kc"), []byte("{not yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status(stdin)
+	if err := e.p.Add(args(add, podArgs("web"))); err == nil {
+		t.Fatal("ADD with a broken kubeconfig succeeded")
+	}
+	writeKubeconfig(t, filepath.Join(dir, "kc"))
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0k3n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stdin = `{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc"}`
-	// Ready unless this machine lacks the iptables tools.
-	if err := e.p.Status(args(stdin, "")); err != nil && (!errors.As(err, &te) || !strings.Contains(te.Msg, "iptables tools")) {
-		t.Fatalf("status with kubeconfig and token: %v", err)
-	}
+	status(stdin)
 	if err := e.p.GC(args(stdin, "")); err != nil {
 		t.Fatal(err)
+	}
+	if err := e.p.Status(args(`{"cniVersion":"1.1.0","name":"n","type":"consul-cni","iptables_timeout":"x"}`, "")); err == nil {
+		t.Fatal("status with an invalid configuration passed")
 	}
 }
 
@@ -672,6 +703,85 @@ func TestEveryCallLogsVersionAtDebug(t *testing.T) {
 			if logged != (level == "debug") {
 				t.Errorf("%s at log_level %s: version logged %v; stderr:\n%s", cmd, level, logged, e.stderr)
 			}
+		}
+	}
+}
+
+// Pods of excluded namespaces pass through before any API call, whatever
+// the state of the credentials.
+func TestAddExcludedNamespaces(t *testing.T) {
+	sys := injectedPod("coredns", nil)
+	sys.Namespace = "kube-system"
+	for _, tc := range []struct {
+		name, extra, ns string
+		wantAPI         bool
+	}{
+		{"default excludes kube-system", "", "kube-system", false},
+		{"default keeps others", "", "default", true},
+		{"own list", `,"exclude_namespaces":["default"]`, "default", false},
+		{"own list replaces the default", `,"exclude_namespaces":["team-a"]`, "kube-system", true},
+		{"empty list excludes nothing", `,"exclude_namespaces":[]`, "kube-system", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, sys, injectedPod("web", nil))
+			name := "web"
+			if tc.ns == "kube-system" {
+				name = "coredns"
+			}
+			a := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + tc.ns + ";K8S_POD_NAME=" + name
+			if err := e.p.Add(args(conflistEntry("1.0.0", tc.extra), a)); err != nil {
+				t.Fatal(err)
+			}
+			if api := e.clients > 0 || len(e.client.Actions()) > 0; api != tc.wantAPI {
+				t.Fatalf("API used: %v, want %v (%v)", api, tc.wantAPI, e.verbs())
+			}
+			if redirected := e.tables() != emptyTables; redirected != tc.wantAPI {
+				t.Fatalf("redirected: %v", redirected)
+			}
+			if !strings.Contains(e.stdout.String(), "10.0.0.2/24") {
+				t.Fatalf("result not passed through: %s", e.stdout)
+			}
+		})
+	}
+	e := newEnv(t)
+	err := e.p.Add(args(conflistEntry("1.0.0", `,"exclude_namespaces":["Kube System"]`), podArgs("web")))
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Key != "exclude_namespaces" || ce.Value != "Kube System" {
+		t.Fatalf("invalid namespace: %v", err)
+	}
+}
+
+// Kubeconfig gone altogether: the plugin is uninstalled from the node and
+// passes pods through. Present but refused (401/403): ADD fails closed,
+// without retrying, and says why.
+func TestAddCredentialsGoneVersusRefused(t *testing.T) {
+	dir := t.TempDir()
+	stdin := conflistEntry("1.0.0", "")
+	stdin = strings.Replace(stdin, `"cni_net_dir":"/etc/cni/net.d"`, `"cni_net_dir":"`+dir+`"`, 1)
+	e := newEnv(t, injectedPod("web", nil))
+	e.p.NewClient = NewKubeClient
+	if err := e.p.Add(args(stdin, podArgs("web"))); err != nil {
+		t.Fatalf("ADD with no kubeconfig at all: %v", err)
+	}
+	if e.tables() != emptyTables || !strings.Contains(e.stdout.String(), "10.0.0.2/24") || !strings.Contains(e.stderr.String(), "uninstalled") {
+		t.Fatalf("not passed through: stdout %s log %s", e.stdout, e.stderr)
+	}
+	for _, code := range []int{401, 403} {
+		e := newEnv(t, injectedPod("web", nil))
+		n := 0
+		e.client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			n++
+			if code == 401 {
+				return true, nil, apierrors.NewUnauthorized("token expired")
+			}
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web", errors.New("RBAC"))
+		})
+		err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
+		if err == nil || !strings.Contains(err.Error(), "credentials were refused") || n != 1 {
+			t.Fatalf("%d: err %v after %d attempts", code, err, n)
+		}
+		if e.tables() != emptyTables || e.stdout.Len() != 0 {
+			t.Fatalf("%d: ADD failed but left rules or a result", code)
 		}
 	}
 }

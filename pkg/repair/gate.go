@@ -152,11 +152,32 @@ func readyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
 	}
 	for _, o := range objs {
 		pod, ok := o.(*corev1.Pod)
-		if ok && podReady(pod) {
+		if ok && podReady(pod) && !uninstalling(pod) {
 			return pod
 		}
 	}
 	return nil
+}
+
+// uninstallingCNIPod returns a CNI pod on node that runs the installer in
+// uninstall mode (label annotations.LabelInstallerMode), nil when there is
+// none. Such a pod is never a ready CNI pod, whatever its readiness.
+func uninstallingCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(indexByNode, node)
+	if err != nil {
+		return nil
+	}
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if ok && pod.DeletionTimestamp == nil && uninstalling(pod) {
+			return pod
+		}
+	}
+	return nil
+}
+
+func uninstalling(pod *corev1.Pod) bool {
+	return pod.Labels[annotations.LabelInstallerMode] == annotations.InstallerModeUninstall
 }
 
 // podReady reports whether pod is Ready, running and not being deleted.

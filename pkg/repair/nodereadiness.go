@@ -36,6 +36,9 @@ const (
 	// dry run, the changes the two above would have made.
 	EventWouldMarkCNIReady    = "WouldMarkCNIReady"
 	EventWouldMarkCNINotReady = "WouldMarkCNINotReady"
+	// EventCNIUninstalled (Normal, node): an installer pod in uninstall mode
+	// runs on the node; readiness label and startup taint removed.
+	EventCNIUninstalled = "CNIUninstalled"
 )
 
 // NodeReadiness labels a node consul.hashicorp.com/cni=ready and removes its
@@ -184,12 +187,23 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 		return err
 	}
 	cniPod := readyCNIPod(n.cniPods, name)
+	remover := uninstallingCNIPod(n.cniPods, name)
 	var ops []jsonOp
 	var changes []string
-	if cniPod != nil {
-		ops, changes = n.readyOps(node)
-	} else {
+	switch {
+	case remover != nil:
+		// The plugin is being removed from the node: nothing may wait for
+		// it or select the node for it any more.
 		ops, changes = n.notReadyOps(node)
+		ops, changes = n.removeTaintOps(node, ops, changes)
+	case cniPod != nil:
+		ops, changes = n.readyOps(node)
+		ops, changes = n.removeTaintOps(node, ops, changes)
+	default:
+		ops, changes = n.notReadyOps(node)
+		if n.cfg.ReaddStartupTaint {
+			ops, changes = n.addTaintOps(node, ops, changes)
+		}
 	}
 	if len(ops) == 0 {
 		n.forgetDryRun(name)
@@ -199,13 +213,13 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 		n.reportDryRun(ctx, node, cniPod, changes)
 		return nil
 	}
-	return n.patch(ctx, node, cniPod, ops, changes)
+	return n.patch(ctx, node, cniPod, remover, ops, changes)
 }
 
 // readyOps: label the node ready with its ready-since annotation (written
 // together, so the breaker's baseline is the label's own time; an existing
 // valid one is kept), backfill the annotation of a node labelled without
-// one, remove the startup taint.
+// one.
 func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
@@ -223,26 +237,10 @@ func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
 			changes = append(changes, ChangeReadySinceAdded)
 		}
 	}
-	if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
-		kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
-		for _, t := range node.Spec.Taints {
-			if t.Key != n.cfg.StartupTaintKey {
-				kept = append(kept, t)
-			}
-		}
-		ops = append(ops, jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints})
-		if len(kept) == 0 {
-			ops = append(ops, jsonOp{Op: "remove", Path: "/spec/taints"})
-		} else {
-			ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
-		}
-		changes = append(changes, ChangeTaintRemoved)
-	}
 	return ops, changes
 }
 
-// notReadyOps: remove the label and its ready-since annotation, re-add the
-// startup taint when asked.
+// notReadyOps: remove the label and its ready-since annotation.
 func (n *NodeReadiness) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
@@ -257,20 +255,45 @@ func (n *NodeReadiness) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
 		path := "/metadata/annotations/" + jsonPointerEscape(annotations.AnnotationCNIReadySince)
 		ops = append(ops, jsonOp{Op: "test", Path: path, Value: v}, jsonOp{Op: "remove", Path: path})
 	}
-	if n.cfg.ReaddStartupTaint && !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
-		taint := corev1.Taint{Key: n.cfg.StartupTaintKey, Effect: n.cfg.StartupTaintEffect}
-		if len(node.Spec.Taints) == 0 {
-			ops = append(ops,
-				jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
-				jsonOp{Op: "add", Path: "/spec/taints", Value: []corev1.Taint{taint}})
-		} else {
-			ops = append(ops,
-				jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
-				jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
-		}
-		changes = append(changes, ChangeTaintAdded)
-	}
 	return ops, changes
+}
+
+// removeTaintOps appends the ops that remove the startup taint.
+func (n *NodeReadiness) removeTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+	if !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+		return ops, changes
+	}
+	kept := make([]corev1.Taint, 0, len(node.Spec.Taints))
+	for _, t := range node.Spec.Taints {
+		if t.Key != n.cfg.StartupTaintKey {
+			kept = append(kept, t)
+		}
+	}
+	ops = append(ops, jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints})
+	if len(kept) == 0 {
+		ops = append(ops, jsonOp{Op: "remove", Path: "/spec/taints"})
+	} else {
+		ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
+	}
+	return ops, append(changes, ChangeTaintRemoved)
+}
+
+// addTaintOps appends the ops that add the startup taint back.
+func (n *NodeReadiness) addTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+	if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+		return ops, changes
+	}
+	taint := corev1.Taint{Key: n.cfg.StartupTaintKey, Effect: n.cfg.StartupTaintEffect}
+	if len(node.Spec.Taints) == 0 {
+		ops = append(ops,
+			jsonOp{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+			jsonOp{Op: "add", Path: "/spec/taints", Value: []corev1.Taint{taint}})
+	} else {
+		ops = append(ops,
+			jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
+			jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
+	}
+	return ops, append(changes, ChangeTaintAdded)
 }
 
 // addMapEntry returns the ops that set key=value in the node's labels or
@@ -287,7 +310,7 @@ func addMapEntry(node *corev1.Node, field string, m map[string]string, key, valu
 }
 
 // patch sends the JSON patch and reports it (metrics, log, Event).
-func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, ops []jsonOp, changes []string) error {
+func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod, remover *corev1.Pod, ops []jsonOp, changes []string) error {
 	name := node.Name
 	patch, err := json.Marshal(ops)
 	if err != nil {
@@ -311,11 +334,16 @@ func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod *co
 		return fmt.Errorf("patch node %s: %w", name, err)
 	}
 	desc := n.describeChanges(changes)
-	if cniPod != nil {
+	switch {
+	case remover != nil:
+		logger.Info("Node CNI uninstalling", "cniPod", klog.KObj(remover))
+		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIUninstalled,
+			"CNI pod %s/%s removes consul-cni from this node: %s", remover.Namespace, remover.Name, desc)
+	case cniPod != nil:
 		logger.Info("Node CNI ready", "cniPod", klog.KObj(cniPod))
 		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIReady,
 			"CNI pod %s/%s is Ready: %s", cniPod.Namespace, cniPod.Name, desc)
-	} else {
+	default:
 		logger.Info("Node CNI not ready")
 		n.recorder.Eventf(node, corev1.EventTypeWarning, EventCNINotReady,
 			"No Ready CNI pod (%s in %s) on this node: %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)

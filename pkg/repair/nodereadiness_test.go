@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -393,4 +394,46 @@ func TestNodeReadinessEventsSayOnlyWhatChanged(t *testing.T) {
 func withReadySince(n *corev1.Node) *corev1.Node {
 	n.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0)}
 	return n
+}
+
+// An installer pod in uninstall mode, Ready or not, makes the node lose the
+// readiness label and the startup taint, even with --readd-startup-taint,
+// and never counts as a ready CNI pod (the repair gate stays closed).
+func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
+			remover := cniPod("n1", ready, -time.Second)
+			remover.Labels[annotations.LabelInstallerMode] = annotations.InstallerModeUninstall
+			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true },
+				newNode(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}, otherTaint, startupTaint(corev1.TaintEffectNoSchedule)), remover)
+			if readyCNIPod(h.inf.CNIPods.GetIndexer(), "n1") != nil {
+				t.Fatal("an uninstalling pod counts as a ready CNI pod")
+			}
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			n := h.node()
+			if _, ok := n.Labels[annotations.LabelCNIReady]; ok || n.Labels["a"] != "b" {
+				t.Fatalf("labels: %v", n.Labels)
+			}
+			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != otherTaint.Key {
+				t.Fatalf("taints: %v (want only the other taint)", n.Spec.Taints)
+			}
+			if e := <-h.recorder.Events; !strings.HasPrefix(e, "Normal "+EventCNIUninstalled) {
+				t.Fatalf("event %q", e)
+			}
+			if changes(h.metrics, ChangeLabelRemoved, ResultSuccess) != 1 || changes(h.metrics, ChangeTaintRemoved, ResultSuccess) != 1 {
+				t.Fatal("changes not counted")
+			}
+			// Nothing more to do: no second patch.
+			before := h.patches()
+			s, _ := slimNode(n)
+			if err := h.inf.Nodes.GetIndexer().Update(s); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.n.sync(context.Background(), "n1"); err != nil || h.patches() != before {
+				t.Fatalf("second sync: %v, %d patches", err, h.patches()-before)
+			}
+		})
+	}
 }

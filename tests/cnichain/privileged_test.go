@@ -5,7 +5,6 @@ package cnichain
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -644,21 +643,48 @@ func TestFailedAddLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestStatusReportsMissingKubeconfig: STATUS (CNI 1.1.0) fails, with the
-// plugin-not-available code, while the kubeconfig the conflist names is
-// missing, and passes once it is there.
-func TestStatusReportsMissingKubeconfig(t *testing.T) {
+// TestStatusPassesWhileCredentialsFailADDClosed: with a 1.1.0 conflist,
+// STATUS passes whether the kubeconfig is missing (uninstalled) or present
+// with credentials that cannot be read (a failing STATUS would make the
+// runtime report the node's network not ready, and the node's pods would be
+// evicted), while ADD for an injected pod fails closed: no rule, no status
+// write, no result.
+func TestStatusPassesWhileCredentialsFailADDClosed(t *testing.T) {
 	r := testnet.Reserve(t)
 	s4, _ := podSubnets(r)
 	entry := consulEntry(t, "auto", nil)
 	chain := New(t, Options{Subnet4: s4, Consul: entry})
-	err := chain.Status(context.Background())
-	var te *types.Error
-	if !errors.As(err, &te) || te.Code != types.ErrPluginNotAvailable || !strings.Contains(te.Msg, "no kubeconfig found") {
+	if err := chain.Status(context.Background()); err != nil {
 		t.Fatalf("STATUS without kubeconfig: %v", err)
 	}
-	(&apiStub{}).kubeconfig(t, entry["cni_net_dir"].(string), "https://127.0.0.1:1")
+	stub := &apiStub{pods: map[string]map[string]any{"default/web": {
+		"kind": "Pod", "apiVersion": "v1",
+		"metadata": map[string]any{"name": "web", "namespace": "default", "uid": "u-web", "annotations": map[string]any{
+			annotations.KeyInjectStatus: "injected", annotations.KeyTransparentProxyStatus: "enabled",
+			annotations.KeyRedirectTrafficConfig: `{"ProxyUserID":"5995","ProxyInboundPort":20000}`,
+		}},
+	}}}
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+	dir := entry["cni_net_dir"].(string)
+	stub.kubeconfig(t, dir, srv.URL)
+	if err := os.Remove(filepath.Join(dir, "token")); err != nil {
+		t.Fatal(err)
+	}
 	if err := chain.Status(context.Background()); err != nil {
-		t.Fatalf("STATUS with kubeconfig: %v", err)
+		t.Fatalf("STATUS with unreadable credentials: %v", err)
+	}
+	pod := r.NewNetns(t, "pod")
+	rt := Runtime("ctr-creds", pod.Path, [2]string{"K8S_POD_NAMESPACE", "default"}, [2]string{"K8S_POD_NAME", "web"})
+	_, err := chain.Add(context.Background(), rt)
+	if err == nil || !strings.Contains(err.Error(), "tokenFile") {
+		t.Fatalf("ADD for an injected pod with unreadable credentials: %v", err)
+	}
+	t.Cleanup(func() { chain.Del(context.Background(), rt) })
+	if got := saveNat(t, pod, backendFor(t, "auto"), redirect.IPv4); strings.Contains(got, "CONSUL") {
+		t.Fatalf("rules after a failed ADD:\n%s", got)
+	}
+	if len(stub.statuses) != 0 {
+		t.Fatalf("status written: %v", stub.statuses)
 	}
 }

@@ -85,7 +85,7 @@ func newPolicyFixture(t *testing.T, c *cluster.Cluster) *policyFixture {
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: f.nodeA,
 				Labels:      map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue, f.otherLabel: "x"},
-				Annotations: map[string]string{annotations.KeyCNIReadySince: "2026-01-01T00:00:00Z", f.otherAnnotation: "y"}},
+				Annotations: map[string]string{annotations.AnnotationCNIReadySince: "2026-01-01T00:00:00Z", f.otherAnnotation: "y"}},
 			Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{f.startupTaint, f.otherTaint}},
 		},
 		{ObjectMeta: metav1.ObjectMeta{Name: f.nodeB}},
@@ -206,15 +206,15 @@ func (f *policyFixture) controllerNodeWrites(cs kubernetes.Interface, overlay st
 	return []writeCase{
 		{"node: set cni=ready", f.patchNode(cs, B, "", static(labelsPatch(annotations.LabelCNIReady, annotations.LabelCNIReadyValue))), need("")},
 		{"node: remove cni label", f.patchNode(cs, A, "", static(labelsPatch(annotations.LabelCNIReady, nil))), need("")},
-		{"node: set cni-ready-since", f.patchNode(cs, B, "", static(annotationsPatch(annotations.KeyCNIReadySince, "2026-12-01T00:00:00Z"))), need("")},
-		{"node: remove cni-ready-since", f.patchNode(cs, A, "", static(annotationsPatch(annotations.KeyCNIReadySince, nil))), need("")},
+		{"node: set cni-ready-since", f.patchNode(cs, B, "", static(annotationsPatch(annotations.AnnotationCNIReadySince, "2026-12-01T00:00:00Z"))), need("")},
+		{"node: remove cni-ready-since", f.patchNode(cs, A, "", static(annotationsPatch(annotations.AnnotationCNIReadySince, nil))), need("")},
 		{"node: add startup taint", f.patchNode(cs, B, "", taints(nil, f.startupTaint)), need("")},
 		{"node: remove startup taint", f.patchNode(cs, A, "", taints(hasKey(startupTaintKey))), need("")},
 		{"node: label, annotation and taint at once", f.patchNode(cs, B, "", func(n *corev1.Node) any {
 			p := taints(nil, f.startupTaint)(n).(map[string]any)
 			p["metadata"] = map[string]any{
 				"labels":      map[string]any{annotations.LabelCNIReady: annotations.LabelCNIReadyValue},
-				"annotations": map[string]any{annotations.KeyCNIReadySince: "2026-12-01T00:00:00Z"},
+				"annotations": map[string]any{annotations.AnnotationCNIReadySince: "2026-12-01T00:00:00Z"},
 			}
 			return p
 		}), need("")},

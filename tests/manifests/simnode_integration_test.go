@@ -215,4 +215,17 @@ func deleteWorkloads(t *testing.T, c *cluster.Cluster) {
 		t.Logf("delete DaemonSet: %v", err)
 	}
 	deletePolicies(c)
+	// Wait while the nodes still run (cleanups run before the nodes stop):
+	// a workload left terminating would swallow the next test's apply of
+	// the same name.
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		_, derr := c.Client.AppsV1().Deployments(namespace).Get(ctx, controllerName, metav1.GetOptions{})
+		_, serr := c.Client.AppsV1().DaemonSets(namespace).Get(ctx, installerName, metav1.GetOptions{})
+		if apierrors.IsNotFound(derr) && apierrors.IsNotFound(serr) {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("Deployment or DaemonSet %s still there 2m after deletion", namespace)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -605,6 +606,27 @@ func (r *runner) deleteDaemonSet(ns, name string) {
 	})
 }
 
+// nodeBoundToken is a token of the installer's ServiceAccount bound to this
+// run's Node object: like the installer's pod-bound token it names the node
+// (extra authentication.kubernetes.io/node-name), which the plugin's
+// admission policy requires.
+func (r *runner) nodeBoundToken(ctx context.Context) (string, error) {
+	node, err := r.cs.CoreV1().Nodes().Get(ctx, r.node.Name(), metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	tr, err := r.cs.CoreV1().ServiceAccounts("consul-cni-repair").CreateToken(ctx, "consul-cni", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To(int64(3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for service account consul-cni-repair/consul-cni bound to node %s: %w", node.Name, err)
+	}
+	return tr.Status.Token, nil
+}
+
 // chainDirectly does what the installer does, from the test: copy the
 // plugin, write its kubeconfig (the installer's service account, through
 // the node's API endpoint) and append it to the node's conflist.
@@ -615,7 +637,7 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 	if err := simnode.CopyExecutable(r.e.Bins.ConsulCNI, filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
 		return err
 	}
-	tok, err := r.e.Cluster.ServiceAccountToken(ctx, "consul-cni-repair", "consul-cni", time.Hour)
+	tok, err := r.nodeBoundToken(ctx)
 	if err != nil {
 		return err
 	}

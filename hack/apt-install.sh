@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs Debian packages for the commands that are missing, with apt-get,
+# and stops any service a package started on install (tests start their own
+# daemons on loopback ports). Needs root.
+#
+#   apt-install.sh [--stop SERVICE]... COMMAND=PACKAGE...
+#
+# Example: apt-install.sh --stop etcd ip=iproute2 etcd=etcd-server
+set -euo pipefail
+
+stop=()
+need=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--stop)
+		stop+=("$2")
+		shift 2
+		;;
+	*=*)
+		command -v "${1%%=*}" >/dev/null 2>&1 || need+=("${1#*=}")
+		shift
+		;;
+	*)
+		echo "apt-install.sh: want COMMAND=PACKAGE or --stop SERVICE, got $1" >&2
+		exit 2
+		;;
+	esac
+done
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "missing packages ${need[*]}: run as root (or install them yourself)" >&2
+	exit 1
+fi
+echo ">> installing ${need[*]} with apt-get"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+for s in "${stop[@]}"; do
+	if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$s" 2>/dev/null; then
+		systemctl stop "$s" || true
+	fi
+done

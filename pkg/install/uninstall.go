@@ -1,0 +1,325 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// UninstallResult says what Uninstall found of the installer's on the node.
+type UninstallResult struct {
+	// Removed lists what was removed or restored, as file names relative to
+	// their directory ("10-net.conflist: entry", "consul-cni", ...).
+	Removed []string
+	// KeptBinary is set when the plugin binary stayed because a chain entry
+	// of another installer still names it.
+	KeptBinary bool
+}
+
+// Found reports whether anything of the installer's was on the node.
+func (r UninstallResult) Found() bool { return len(r.Removed) > 0 }
+
+// Uninstall removes what the installer added: converted files are
+// restored, its consul-cni entries leave every configuration list (inline
+// and plugin directories), retried while other writers change the lists,
+// and only once every list is clean are the kubeconfig, token and binary
+// removed, so no chain ever names a missing binary or credentials. A
+// consul-cni entry of another installer (one naming another kubeconfig) is
+// left in place and so is the binary it runs. Both directories must exist.
+// It must run only once no installer of ours runs on the node any more.
+func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
+	var res UninstallResult
+	for _, d := range []struct{ flag, path string }{{"cni-net-dir", in.cfg.NetDir}, {"cni-bin-dir", in.cfg.BinDir}} {
+		st, err := os.Stat(d.path)
+		if err != nil {
+			return res, fmt.Errorf("%s %s: %w", d.flag, d.path, err)
+		}
+		if !st.IsDir() {
+			return res, fmt.Errorf("%s %s: not a directory", d.flag, d.path)
+		}
+	}
+	if err := in.restoreConverted(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := in.unchainAll(ctx, &res); err != nil {
+		return res, fmt.Errorf("%w; the plugin's binary and credentials are kept until every list is clean", err)
+	}
+	ours, foreign, err := in.entriesLeft()
+	if err != nil {
+		return res, err
+	}
+	if len(ours) > 0 {
+		// Put back meanwhile (an installer of ours still running).
+		return res, fmt.Errorf("consul-cni entries came back in %v; the plugin's binary and credentials are kept", ours)
+	}
+	var errs []error
+	for _, f := range []string{filepath.Join(in.cfg.NetDir, KubeconfigFileName), filepath.Join(in.cfg.NetDir, TokenFileName)} {
+		errs = append(errs, in.remove(f, &res))
+	}
+	if len(foreign) > 0 {
+		res.KeptBinary = true
+		klog.FromContext(ctx).Info("Keeping the plugin binary: another installer's entry still names it", "files", foreign)
+	} else {
+		errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, PluginType), &res))
+	}
+	return res, errors.Join(errs...)
+}
+
+func (in *Installer) remove(path string, res *UninstallResult) error {
+	if !exists(path) {
+		return nil
+	}
+	if err := removeIfExists(path); err != nil {
+		return err
+	}
+	res.Removed = append(res.Removed, filepath.Base(path))
+	return nil
+}
+
+// isOurs reports whether a chain entry is the installer's: type consul-cni
+// and the kubeconfig the installer writes.
+func (in *Installer) isOurs(raw []byte) bool {
+	var e PluginConfig
+	if json.Unmarshal(raw, &e) != nil || e.Type != PluginType {
+		return false
+	}
+	kc := e.Kubeconfig
+	if filepath.IsAbs(kc) && filepath.Dir(kc) == filepath.Clean(in.cfg.HostNetDir) {
+		kc = filepath.Base(kc)
+	}
+	return kc == in.Entry().Kubeconfig
+}
+
+// restoreConverted puts back the single-network files a conversion set
+// aside (and removes the lists made from them), then the lists it had to
+// move away.
+func (in *Installer) restoreConverted(ctx context.Context, res *UninstallResult) error {
+	log := klog.FromContext(ctx)
+	entries, err := os.ReadDir(in.cfg.NetDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	keep := func(err error) { errs = append(errs, err) }
+	for _, pass := range []func(orig string) bool{
+		func(orig string) bool { e := filepath.Ext(orig); return e == ".conf" || e == ".json" },
+		func(orig string) bool { return filepath.Ext(orig) == ".conflist" },
+	} {
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), BackupSuffix) {
+				continue
+			}
+			backup := filepath.Join(in.cfg.NetDir, e.Name())
+			orig := strings.TrimSuffix(backup, BackupSuffix)
+			if !pass(orig) || !exists(backup) {
+				continue
+			}
+			res.Removed = append(res.Removed, e.Name())
+			if filepath.Ext(orig) == ".conflist" {
+				if !exists(orig) {
+					keep(os.Rename(backup, orig))
+					log.Info("Restored a configuration list set aside by a conversion", "file", orig)
+				}
+				continue
+			}
+			converted := strings.TrimSuffix(orig, filepath.Ext(orig)) + ".conflist"
+			if exists(orig) {
+				// The primary CNI rewrote its file since: the backup is stale.
+				keep(removeIfExists(backup))
+			} else {
+				keep(os.Rename(backup, orig))
+				log.Info("Restored a converted network configuration", "file", orig)
+			}
+			if b, err := os.ReadFile(converted); err == nil && listHasPlugin(b) {
+				keep(removeIfExists(converted))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unchainAll removes the installer's entries from every configuration list
+// and plugin directory, starting over when another writer changed a list
+// meanwhile (as ensureChain does), until a pass finds nothing of ours.
+func (in *Installer) unchainAll(ctx context.Context, res *UninstallResult) error {
+	for attempt := 0; attempt < 10; attempt++ {
+		changed, err := in.unchainPass(ctx, res)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !changed {
+			return nil
+		}
+	}
+	return errors.New("the CNI configuration kept changing while consul-cni was being removed from it")
+}
+
+func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (changed bool, err error) {
+	log := klog.FromContext(ctx)
+	cands, err := ScanConfDir(in.cfg.NetDir)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range cands {
+		if !c.List || c.Raw == nil {
+			continue
+		}
+		l, err := decodeList(c.Raw)
+		if err != nil {
+			continue // not a list we can edit; nothing of ours can be in it
+		}
+		if l.withoutEntries(in.isOurs) {
+			out, err := l.encode()
+			if err != nil {
+				return changed, err
+			}
+			if err := replaceIfUnchanged(c.Path, c.Raw, out); err != nil {
+				return changed, err
+			}
+			changed = true
+			res.Removed = append(res.Removed, filepath.Base(c.Path)+": entry")
+			log.Info("Removed consul-cni from a configuration list", "file", c.Path)
+		}
+		files, err := pluginDirFiles(c.Path, l.name(), true)
+		if err != nil {
+			return changed, err
+		}
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err != nil || !in.isOurs(b) {
+				continue
+			}
+			if err := removeIfExists(f); err != nil {
+				return changed, err
+			}
+			changed = true
+			res.Removed = append(res.Removed, filepath.Join(filepath.Base(filepath.Dir(f)), filepath.Base(f)))
+		}
+	}
+	return changed, nil
+}
+
+// entriesLeft lists the configuration files whose chain (as the runtime
+// loads it) holds a consul-cni entry of the installer's (ours) or of
+// another installer (foreign).
+func (in *Installer) entriesLeft() (ours, foreign []string, err error) {
+	cands, err := ScanConfDir(in.cfg.NetDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err
+	}
+	for _, c := range cands {
+		if c.Network == nil {
+			continue
+		}
+		o, f := false, false
+		for _, p := range c.Network.Plugins {
+			if p.Network.Type == PluginType {
+				mine := in.isOurs(p.Bytes)
+				o, f = o || mine, f || !mine
+			}
+		}
+		if o {
+			ours = append(ours, c.Path)
+		}
+		if f {
+			foreign = append(foreign, c.Path)
+		}
+	}
+	return ours, foreign, nil
+}
+
+// Leftovers lists what of the installer's is still on the node: its entries
+// in configuration lists and plugin directories, set-aside files, the
+// kubeconfig, the token, and the binary unless another installer's entry
+// names it. Empty means the node is clean (the uninstall mode's readiness).
+func (in *Installer) Leftovers() ([]string, error) {
+	var left []string
+	entries, err := os.ReadDir(in.cfg.NetDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), BackupSuffix) {
+			left = append(left, e.Name())
+		}
+	}
+	cands, err := ScanConfDir(in.cfg.NetDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cands {
+		if !c.List || c.Raw == nil {
+			continue
+		}
+		l, err := decodeList(c.Raw)
+		if err != nil {
+			continue
+		}
+		for _, p := range l.plugins {
+			if in.isOurs(p) {
+				left = append(left, filepath.Base(c.Path)+": entry")
+			}
+		}
+		files, err := pluginDirFiles(c.Path, l.name(), true)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && in.isOurs(b) {
+				left = append(left, filepath.Join(filepath.Base(filepath.Dir(f)), filepath.Base(f)))
+			}
+		}
+	}
+	for _, f := range []string{KubeconfigFileName, TokenFileName} {
+		if exists(filepath.Join(in.cfg.NetDir, f)) {
+			left = append(left, f)
+		}
+	}
+	if exists(filepath.Join(in.cfg.BinDir, PluginType)) {
+		_, foreign, err := in.entriesLeft()
+		if err != nil {
+			return nil, err
+		}
+		if len(foreign) == 0 {
+			left = append(left, PluginType)
+		}
+	}
+	return left, nil
+}
+
+// KeepUninstalled runs Uninstall at once and then every Resync until ctx
+// is cancelled, so the node stays clean (the uninstall overlay's
+// DaemonSet); report, when not nil, receives each outcome.
+func (in *Installer) KeepUninstalled(ctx context.Context, report func(UninstallResult, error)) {
+	log := klog.FromContext(ctx)
+	t := time.NewTicker(in.cfg.Resync)
+	defer t.Stop()
+	for {
+		res, err := in.Uninstall(ctx)
+		switch {
+		case err != nil:
+			log.Error(err, "Uninstall incomplete; will retry")
+		case res.Found():
+			log.Info("Removed consul-cni from the node", "removed", res.Removed, "keptBinary", res.KeptBinary)
+		}
+		if report != nil {
+			report(res, err)
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("Stopping; nothing of consul-cni is put back")
+			return
+		case <-t.C:
+		}
+	}
+}

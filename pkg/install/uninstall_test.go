@@ -1,0 +1,199 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam":{"type":"host-local"}}]}`
+
+// installed returns a node with the installer's chain, binary and
+// credentials in place.
+func installed(t *testing.T) (node, *Installer) {
+	t.Helper()
+	n := newNode(t)
+	writeFiles(t, n.net, map[string]string{"10-n.conflist": ptpList})
+	in := n.installer(t)
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	return n, in
+}
+
+// The primary CNI rewrites its list while the entry is being removed: the
+// removal starts over on the new content, keeps the primary's change, and
+// only then are the files removed.
+func TestUninstallRetriesConflicts(t *testing.T) {
+	n, in := installed(t)
+	list := filepath.Join(n.net, "10-n.conflist")
+	writes := 0
+	setHook(t, &beforeCompare, func(path string) {
+		if path != list || writes > 0 {
+			return
+		}
+		writes++
+		cur, _ := os.ReadFile(path)
+		foreignWrite(t, path, []byte(strings.Replace(string(cur), `"cniVersion": "1.0.0"`, `"cniVersion": "1.0.0", "rewritten": true`, 1)))
+	})
+	res, err := in.Uninstall(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(list)
+	if listHasPlugin(b) || !strings.Contains(string(b), `"rewritten"`) || writes != 1 {
+		t.Fatalf("list after uninstall (%d foreign writes):\n%s", writes, b)
+	}
+	for _, f := range []string{filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName), filepath.Join(n.bin, PluginType)} {
+		if exists(f) {
+			t.Errorf("%s left after uninstall", f)
+		}
+	}
+	if !res.Found() || res.KeptBinary {
+		t.Errorf("result %+v", res)
+	}
+}
+
+// A list that never stops changing keeps the entry: then the binary and the
+// credentials it names stay too, and the error says so.
+func TestUninstallKeepsFilesWhileAListIsNotClean(t *testing.T) {
+	n, in := installed(t)
+	list := filepath.Join(n.net, "10-n.conflist")
+	i := 0
+	setHook(t, &beforeCompare, func(path string) {
+		i++
+		cur, _ := os.ReadFile(path)
+		foreignWrite(t, path, []byte(strings.Replace(string(cur), `"cniVersion"`, `"x`+strings.Repeat("x", i)+`": 1, "cniVersion"`, 1)))
+	})
+	_, err := in.Uninstall(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "kept") {
+		t.Fatalf("err = %v", err)
+	}
+	b, _ := os.ReadFile(list)
+	if !listHasPlugin(b) {
+		t.Fatalf("entry gone:\n%s", b)
+	}
+	for _, f := range []string{filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName), filepath.Join(n.bin, PluginType)} {
+		if !exists(f) {
+			t.Errorf("%s removed while a list still names the plugin", f)
+		}
+	}
+}
+
+// Another installer's consul-cni entry (naming its own kubeconfig) stays,
+// and so does the binary it runs; ours goes with our credentials.
+func TestUninstallKeepsAnotherInstallersBinary(t *testing.T) {
+	n, in := installed(t)
+	other := in.Entry()
+	other.Kubeconfig = "other-installer-kubeconfig"
+	ob, _ := json.Marshal(other)
+	writeFiles(t, n.net, map[string]string{"20-other.conflist": `{"name":"o","cniVersion":"1.0.0","plugins":[{"type":"bridge"},` + string(ob) + `]}`})
+	res, err := in.Uninstall(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(n.net, "10-n.conflist")); listHasPlugin(b) {
+		t.Errorf("our entry left:\n%s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(n.net, "20-other.conflist")); !listHasPlugin(b) {
+		t.Errorf("the other installer's entry was removed:\n%s", b)
+	}
+	if !exists(filepath.Join(n.bin, PluginType)) || !res.KeptBinary {
+		t.Errorf("binary removed although another entry names it (result %+v)", res)
+	}
+	if exists(filepath.Join(n.net, KubeconfigFileName)) || exists(filepath.Join(n.net, TokenFileName)) {
+		t.Errorf("our credentials left")
+	}
+}
+
+func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t)
+	res, err := in.Uninstall(context.Background())
+	if err != nil || res.Found() {
+		t.Fatalf("empty node: %+v, %v", res, err)
+	}
+	missing := n.installer(t, func(c *Config) { c.NetDir = filepath.Join(n.root, "nope") })
+	if _, err := missing.Uninstall(context.Background()); err == nil || !strings.Contains(err.Error(), "cni-net-dir") || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("missing net dir: %v", err)
+	}
+	missing = n.installer(t, func(c *Config) { c.BinDir = filepath.Join(n.root, "nobin") })
+	if _, err := missing.Uninstall(context.Background()); err == nil || !strings.Contains(err.Error(), "cni-bin-dir") {
+		t.Fatalf("missing bin dir: %v", err)
+	}
+}
+
+func TestLeftovers(t *testing.T) {
+	n := newNode(t)
+	writeFiles(t, n.net, map[string]string{"10-flannel.conf": flannelConf})
+	in := n.installer(t)
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	left, err := in.Leftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", KubeconfigFileName, TokenFileName, PluginType}
+	if strings.Join(left, ",") != strings.Join(want, ",") {
+		t.Fatalf("leftovers %v, want %v", left, want)
+	}
+	if _, err := in.Uninstall(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := in.Leftovers(); err != nil || len(left) != 0 {
+		t.Fatalf("after uninstall: %v %v", left, err)
+	}
+}
+
+// The uninstall mode removes again what comes back (an installer of ours
+// that was still stopping) until it is cancelled.
+func TestKeepUninstalled(t *testing.T) {
+	n, in := installed(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	passes := make(chan error)
+	proceed := make(chan struct{})
+	done := make(chan struct{})
+	keeper := n.installer(t, func(c *Config) { c.Resync = 10 * time.Millisecond })
+	go func() {
+		defer close(done)
+		keeper.KeepUninstalled(ctx, func(_ UninstallResult, err error) {
+			select {
+			case passes <- err:
+				<-proceed
+			case <-ctx.Done():
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		close(proceed)
+		<-done
+	})
+	if err := <-passes; err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := in.Leftovers(); len(left) != 0 {
+		t.Fatalf("left after the first pass: %v", left)
+	}
+	if _, err := in.Reconcile(context.Background()); err != nil { // put back
+		t.Fatal(err)
+	}
+	if left, _ := in.Leftovers(); len(left) == 0 {
+		t.Fatal("nothing put back")
+	}
+	proceed <- struct{}{}
+	if err := <-passes; err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := in.Leftovers(); len(left) != 0 {
+		t.Fatalf("left after the next pass: %v", left)
+	}
+}
