@@ -242,7 +242,7 @@ func (c *Controller) enqueuePod(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	if p, ok := obj.(*corev1.Pod); ok && annotations.IsRepairCandidate(p.Labels, p.Annotations) {
+	if p, ok := obj.(*corev1.Pod); ok && annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 		c.metrics.knowNamespace(p.Namespace)
 	}
 	c.queue.Add(key)
@@ -603,7 +603,7 @@ func (c *Controller) brokenCounts() map[string]map[Reason]int {
 	now := c.now()
 	for _, o := range c.podIndex.List() {
 		p, ok := o.(*corev1.Pod)
-		if !ok || !annotations.IsRepairCandidate(p.Labels, p.Annotations) {
+		if !ok || !annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 			continue
 		}
 		counts := out[p.Namespace]

@@ -73,7 +73,7 @@ type Verdict struct {
 // examinable here; Detect judges it by signal B only. The string says why
 // not.
 func examinable(pod *corev1.Pod) (bool, string) {
-	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
+	if !annotations.UsesTransparentProxy(pod.Labels, pod.Annotations) {
 		if !annotations.IsInjected(pod.Labels, pod.Annotations) {
 			return false, "not injected"
 		}
