@@ -133,7 +133,7 @@ promtool:
 ## (generated from Go, checked against the shipped JSON and the metrics contract)
 MONITORING_TESTS := ^(TestAlertRulesOnData|TestAlertRules|TestRunbook|TestDashboard.*|TestServiceMonitor)$$
 test-monitoring: toolchain promtool
-	cd tests/manifests && CCR_PROMTOOL=$$(command -v promtool) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
+	cd tests/manifests && CCR_PROMTOOL=$$(command -v promtool || echo promtool-not-installed) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
 
 ## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/manifests/dashboard,
 ## Grafana Foundation SDK); test-monitoring fails when the shipped file differs
