@@ -145,7 +145,7 @@ dashboard: toolchain
 	cd tests/manifests && $(GO) run ./cmd/dashboard -o ../../manifests/base/monitoring/grafana-dashboard.json
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
-## helm install/upgrade/uninstall of the chart on a simulated node
+## helm install/upgrade/uninstall of the chart on a simulated node, the README's local walkthrough with kubectl
 test-manifests-integration: deps kube-bins helm
 	cd tests/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
