@@ -3,8 +3,8 @@
 # cluster (make cluster), the way the race does on a new node: the pod's
 # sandbox is created while the nodes' CNI chain lacks consul-cni, then the
 # installer chains the plugin again. Prints the name of that pod on stdout,
-# the steps on stderr. Needs kubectl (KUBECONFIG of the local cluster) and Go;
-# run it from the repository root, with the consul-cni DaemonSet installed.
+# the steps on stderr. Needs kubectl (KUBECONFIG of the local cluster), Go
+# (it runs consul-cni-installer from this tree) and the consul-cni DaemonSet.
 #
 #   NAMESPACE (example) and APP (web): the workload's namespace and app label.
 set -euo pipefail
@@ -15,6 +15,8 @@ cni_ds=consul-cni
 cni_pods=app.kubernetes.io/name=consul-cni
 paused=consul-cni-repair.example/installer-paused
 root_annotation='simnode\.consul-cni-repair\.test/root'
+
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
 
 say() { echo ">> $*" >&2; }
 
@@ -35,7 +37,7 @@ for node in $(kubectl get nodes -o name); do
 		exit 1
 	fi
 	say "removing consul-cni from the chain of ${node#node/} ($root/etc/cni/net.d)"
-	go run ./cmd/consul-cni-installer uninstall \
+	go -C "$repo" run ./cmd/consul-cni-installer uninstall \
 		--cni-bin-dir "$root/opt/cni/bin" --cni-net-dir "$root/etc/cni/net.d" >&2
 done
 
@@ -68,4 +70,8 @@ say "resuming the $cni_ds DaemonSet"
 kubectl -n "$cni_ns" patch daemonset "$cni_ds" --type json \
 	-p "[{\"op\":\"remove\",\"path\":\"/spec/template/spec/nodeSelector/${paused/\//~1}\"}]" >&2
 kubectl -n "$cni_ns" rollout status daemonset "$cni_ds" --timeout=3m >&2
+if [ "$status" = complete ]; then
+	echo "bypass.sh: ${pod#pod/} got its redirection (consul-cni was still in its chain)" >&2
+	exit 1
+fi
 echo "${pod#pod/}"
