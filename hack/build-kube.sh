@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and kube-scheduler from the
-# k8s.io/kubernetes module (tests/kube) into the given directory. A cold build
-# takes about 15 minutes on 2 cores; the Go build cache makes reruns fast.
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+# (or only the commands named after OUTDIR) from the k8s.io/kubernetes and
+# k8s.io/kubectl modules (tests/kube) into OUTDIR. A cold build takes about
+# 15 minutes on 2 cores; the Go build cache makes reruns fast.
 set -euo pipefail
-out=${1:?usage: build-kube.sh OUTDIR}
+out=${1:?usage: build-kube.sh OUTDIR [COMMAND...]}
+shift
+commands=("$@")
+[ ${#commands[@]} -gt 0 ] || commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 version=v1.37.2
 # Resolve OUTDIR against the caller's directory before moving into the
 # module (a relative path would otherwise land under tests/kube).
@@ -11,11 +15,22 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../tests/kube"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
-	if [ -x "$out/$c" ] && [ "$("$out/$c" --version 2>/dev/null)" = "Kubernetes ${version}" ] && [ "$out/$c" -nt go.sum ]; then
+# built_version prints the version a built command reports.
+built_version() {
+	case "$1" in
+	kubectl) "$out/$1" version --client 2>/dev/null | sed -n 's/^Client Version: //p' ;;
+	*) "$out/$1" --version 2>/dev/null | sed -n 's/^Kubernetes //p' ;;
+	esac
+}
+for c in "${commands[@]}"; do
+	if [ ! -d "cmd/$c" ]; then
+		echo "build-kube.sh: no command $c in tests/kube/cmd" >&2
+		exit 2
+	fi
+	if [ -x "$out/$c" ] && [ "$(built_version "$c")" = "${version}" ] && [ "$out/$c" -nt go.sum ]; then
 		continue
 	fi
-	echo ">> building $c ${version} (cold builds take minutes: apiserver ~10, controller-manager ~3, scheduler <1 on 2 cores)"
+	echo ">> building $c ${version} (cold builds take minutes: apiserver ~10, controller-manager ~3, scheduler and kubectl ~1 on 2 cores)"
 	start=$(date +%s)
 	go build -trimpath -ldflags "$ldflags" -o "$out/$c.tmp" "./cmd/$c"
 	mv "$out/$c.tmp" "$out/$c"

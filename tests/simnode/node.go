@@ -100,6 +100,11 @@ type Config struct {
 	KeepNode bool
 }
 
+// RootAnnotation is the Node annotation that names the node's root directory
+// (Config.Root) on the machine: scripts of the local cluster find a node's
+// CNI configuration (Root/etc/cni/net.d) through it.
+const RootAnnotation = "simnode.consul-cni-repair.test/root"
+
 // Node is a running simulated node.
 type Node struct {
 	cfg      Config
@@ -272,7 +277,7 @@ func (n *Node) nodeObject() *corev1.Node {
 		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
 	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.cfg.Name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: n.cfg.Name, Labels: labels, Annotations: map[string]string{RootAnnotation: n.cfg.Root}},
 		Spec: corev1.NodeSpec{
 			PodCIDR:  n.cfg.PodSubnet.Masked().String(),
 			PodCIDRs: []string{n.cfg.PodSubnet.Masked().String()},
@@ -354,6 +359,10 @@ func (n *Node) register(ctx context.Context) error {
 			return gerr
 		}
 		cur.Labels, cur.Spec.Taints = want.Labels, want.Spec.Taints
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[RootAnnotation] = n.cfg.Root
 		created, err = n.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
 	}
 	if err != nil {

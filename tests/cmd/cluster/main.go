@@ -130,6 +130,8 @@ func run(o *options) error {
 			fmt.Printf("simulated nodes (images they run as programs: podprog, %s; others idle):\n%s\n",
 				strings.Join(simnode.ManifestImages, ", "), strings.Join(nodes, "\n"))
 		}
+		fmt.Printf("kubectl v1.37.2: %s (make kubectl); a walkthrough: README.md, \"A walkthrough on the local cluster\"\n",
+			filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin", "kubectl"))
 		fmt.Println("\nrunning; press Ctrl-C to stop")
 		<-ctx.Done()
 		return nil
