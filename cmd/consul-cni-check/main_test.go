@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
 
 func parse(t *testing.T, args ...string) (*options, error) {
@@ -84,16 +84,11 @@ func TestRunExitCodes(t *testing.T) {
 	}
 }
 
-func repoRoot(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // The documented example must be one the check accepts and whose paths
 // line up: the annotations file inside a downward-API volume of
 // metadata.annotations, a UID the probe may run as.
 func TestDocumentedExample(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "examples", "init-check", "app.yaml"))
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "docs", "examples", "init-check", "app.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
@@ -155,19 +156,6 @@ func (n node) ready(t *testing.T) error {
 	return nil
 }
 
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s: %v", what, err)
-}
-
 // whoAmI authenticates with the plugin's kubeconfig, exactly as the plugin
 // would load it.
 func (n node) whoAmI(t *testing.T) (string, error) {
@@ -228,7 +216,7 @@ func TestInstallerLifecycle(t *testing.T) {
 	}
 	a := newInstallerPod(t, c, ns, "consul-cni-a", t.TempDir())
 	p := n.start(t, c, a)
-	waitFor(t, "ready", func() error { return n.ready(t) })
+	poll.Eventually(t, 2*time.Minute, "ready", func() error { return n.ready(t) })
 
 	user, err := n.whoAmI(t)
 	if err != nil {
@@ -249,7 +237,7 @@ func TestInstallerLifecycle(t *testing.T) {
 
 	// kubelet rotates the pod's token: the copy follows.
 	tok2 := a.rotate(t, c, ns)
-	waitFor(t, "rotated token copied", func() error {
+	poll.Eventually(t, 2*time.Minute, "rotated token copied", func() error {
 		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
 		if string(b) != tok2 {
 			return errors.New("old token still in place")
@@ -309,7 +297,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	dir := t.TempDir()
 	oldPod := newInstallerPod(t, c, ns, "consul-cni-old", dir)
 	oldProc := n.start(t, c, oldPod)
-	waitFor(t, "old installer ready", func() error { return n.ready(t) })
+	poll.Eventually(t, 2*time.Minute, "old installer ready", func() error { return n.ready(t) })
 
 	newPod := newInstallerPod(t, c, ns, "consul-cni-new", dir)
 	n.start(t, c, newPod)
@@ -325,7 +313,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	// expires after the new one: only knowing that the old pod is gone can
 	// make the new installer take over.
 	oldTok := []byte(oldPod.rotate(t, c, ns))
-	waitFor(t, "the old pod's rotated token in place", func() error {
+	poll.Eventually(t, 2*time.Minute, "the old pod's rotated token in place", func() error {
 		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
 		if !bytes.Equal(b, oldTok) {
 			return errors.New("not yet")
@@ -342,7 +330,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldProc.Signal(syscall.SIGTERM)
-	waitFor(t, "the plugin's kubeconfig to work after the old pod is gone", func() error {
+	poll.Eventually(t, 2*time.Minute, "the plugin's kubeconfig to work after the old pod is gone", func() error {
 		user, err := n.whoAmI(t)
 		if err != nil {
 			return err
@@ -360,7 +348,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	cfg := rest.AnonymousClientConfig(c.Config)
 	cfg.BearerToken = string(oldTok)
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	waitFor(t, "the old pod's token to be rejected", func() error {
+	poll.Eventually(t, 2*time.Minute, "the old pod's token to be rejected", func() error {
 		_, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if apierrors.IsUnauthorized(err) {
 			return nil

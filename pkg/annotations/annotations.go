@@ -139,10 +139,10 @@ func IsComplete(status string) bool {
 	return status == TProxyStatusComplete || status == TProxyStatusCompleted
 }
 
-// IsRepairCandidate reports whether a pod is one the plugin must redirect
-// and the repair controller may examine: injected, with a
-// transparent-proxy-status annotation.
-func IsRepairCandidate(labels, annotations map[string]string) bool {
+// UsesTransparentProxy reports whether a pod is injected and has a
+// transparent-proxy-status annotation: the plugin redirects its traffic,
+// and the repair controller may examine it.
+func UsesTransparentProxy(labels, annotations map[string]string) bool {
 	if !IsInjected(labels, annotations) {
 		return false
 	}

@@ -192,8 +192,8 @@ func TestPodPredicates(t *testing.T) {
 	if !IsInjected(nil, map[string]string{KeyMeshInjectStatus: "injected"}) {
 		t.Fatal("mesh-inject-status")
 	}
-	if IsRepairCandidate(nil, inj) || !IsRepairCandidate(nil, tp) || IsRepairCandidate(nil, map[string]string{KeyTransparentProxyStatus: "enabled"}) {
-		t.Fatal("IsRepairCandidate")
+	if UsesTransparentProxy(nil, inj) || !UsesTransparentProxy(nil, tp) || UsesTransparentProxy(nil, map[string]string{KeyTransparentProxyStatus: "enabled"}) {
+		t.Fatal("UsesTransparentProxy")
 	}
 	if !IsComplete("complete") || !IsComplete("completed") || IsComplete("enabled") || IsComplete("waiting") {
 		t.Fatal("IsComplete")

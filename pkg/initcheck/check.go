@@ -88,8 +88,25 @@ func Run(ctx context.Context, cfg Config) Result {
 	return r
 }
 
+// checker holds the configuration of one run, defaults applied.
+type checker struct {
+	cfg Config
+	log klog.Logger
+}
+
+// bypassed is the verdict the repair controller acts on (cfg.ExitCode): the
+// pod's traffic bypasses the proxy.
+func (c *checker) bypassed(format string, a ...any) Result {
+	return Result{Code: c.cfg.ExitCode, Message: fmt.Sprintf(format, a...)}
+}
+
+// undecided is a check that cannot judge (ExitConfig): never the
+// controller's exit code.
+func (c *checker) undecided(format string, a ...any) Result {
+	return Result{Code: ExitConfig, Message: fmt.Sprintf(format, a...)}
+}
+
 func run(ctx context.Context, cfg Config) Result {
-	log := klog.FromContext(ctx)
 	if cfg.ExitCode == 0 {
 		cfg.ExitCode = annotations.InitCheckExitCode
 	}
@@ -99,22 +116,38 @@ func run(ctx context.Context, cfg Config) Result {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
-	fail := func(format string, a ...any) Result {
-		return Result{Code: cfg.ExitCode, Message: fmt.Sprintf(format, a...)}
+	c := &checker{cfg: cfg, log: klog.FromContext(ctx)}
+	anns, status, verdict := c.waitComplete(ctx)
+	if verdict != nil {
+		return *verdict
 	}
-	broken := func(format string, a ...any) Result {
-		return Result{Code: ExitConfig, Message: fmt.Sprintf(format, a...)}
+	if !cfg.Probe {
+		return Result{Code: ExitOK, Message: fmt.Sprintf("consul-cni-check: %s is %q", annotations.KeyTransparentProxyStatus, status)}
 	}
+	return c.probe(ctx, anns, status)
+}
 
+// sources are where the pod's annotations are read from, in order.
+func (c *checker) sources() []source {
 	var sources []source
-	if cfg.AnnotationsFile != "" {
-		sources = append(sources, &fileSource{path: cfg.AnnotationsFile})
+	if c.cfg.AnnotationsFile != "" {
+		sources = append(sources, &fileSource{path: c.cfg.AnnotationsFile})
 	}
-	if cfg.Client != nil && cfg.PodName != "" && cfg.PodNamespace != "" {
-		sources = append(sources, &apiSource{client: cfg.Client, ns: cfg.PodNamespace, pod: cfg.PodName})
+	if c.cfg.Client != nil && c.cfg.PodName != "" && c.cfg.PodNamespace != "" {
+		sources = append(sources, &apiSource{client: c.cfg.Client, ns: c.cfg.PodNamespace, pod: c.cfg.PodName})
 	}
+	return sources
+}
+
+// waitComplete is the first phase: it reads the pod's annotations until
+// transparent-proxy-status is complete and returns them with the status, or
+// a verdict when it is not complete within cfg.Timeout or cannot be read.
+func (c *checker) waitComplete(ctx context.Context) (map[string]string, string, *Result) {
+	cfg := c.cfg
+	sources := c.sources()
 	if len(sources) == 0 {
-		return broken("consul-cni-check: no source for the pod's annotations (give --annotations-file, or the pod's name and namespace with API access)")
+		r := c.undecided("consul-cni-check: no source for the pod's annotations (give --annotations-file, or the pod's name and namespace with API access)")
+		return nil, "", &r
 	}
 
 	wake := make(chan struct{}, 1)
@@ -122,7 +155,7 @@ func run(ctx context.Context, cfg Config) Result {
 		if stop, err := watchDir(filepath.Dir(cfg.AnnotationsFile), wake); err == nil {
 			defer stop()
 		} else {
-			log.V(2).Info("Cannot watch the annotations directory; polling", "err", err.Error())
+			c.log.V(2).Info("Cannot watch the annotations directory; polling", "err", err.Error())
 		}
 	}
 
@@ -151,72 +184,75 @@ func run(ctx context.Context, cfg Config) Result {
 			usable++
 			st, ok := annotations.TProxyStatus(a)
 			if !ok {
-				return broken("consul-cni-check: the pod has no %s annotation (%s): it is not a transparent-proxy pod, nothing to check", annotations.KeyTransparentProxyStatus, s.name())
+				r := c.undecided("consul-cni-check: the pod has no %s annotation (%s): it is not a transparent-proxy pod, nothing to check", annotations.KeyTransparentProxyStatus, s.name())
+				return nil, "", &r
 			}
 			if st != status || !seen {
-				log.Info("Transparent proxy status", "status", st, "source", s.name())
+				c.log.Info("Transparent proxy status", "status", st, "source", s.name())
 			}
 			anns, status, seen = a, st, true
 			if annotations.IsComplete(st) {
-				break
+				return anns, status, nil
 			}
 		}
-		if seen && annotations.IsComplete(status) {
-			break
-		}
 		if usable == 0 {
-			return broken("consul-cni-check: cannot read the pod's annotations: %s", strings.Join(lastErrs, "; "))
+			r := c.undecided("consul-cni-check: cannot read the pod's annotations: %s", strings.Join(lastErrs, "; "))
+			return nil, "", &r
 		}
 		select {
 		case <-waitCtx.Done():
-			if ctx.Err() != nil {
-				return broken("consul-cni-check: interrupted")
-			}
-			if !seen {
+			var r Result
+			switch {
+			case ctx.Err() != nil:
+				r = c.undecided("consul-cni-check: interrupted")
+			case !seen:
 				// Not knowing is not evidence of a bypass: never the
 				// controller's exit code.
-				return broken("consul-cni-check: could not read the pod's annotations within %s: %s", cfg.Timeout, strings.Join(lastErrs, "; "))
+				r = c.undecided("consul-cni-check: could not read the pod's annotations within %s: %s", cfg.Timeout, strings.Join(lastErrs, "; "))
+			default:
+				r = c.bypassed("consul-cni-check: %s is still %q after %s: the pod's sandbox was set up without the consul-cni plugin, so its traffic bypasses the proxy; delete the pod so that it is recreated",
+					annotations.KeyTransparentProxyStatus, status, cfg.Timeout)
 			}
-			return fail("consul-cni-check: %s is still %q after %s: the pod's sandbox was set up without the consul-cni plugin, so its traffic bypasses the proxy; delete the pod so that it is recreated",
-				annotations.KeyTransparentProxyStatus, status, cfg.Timeout)
+			return nil, "", &r
 		case <-wake:
 		case <-tick.C:
 		}
 	}
-	if !cfg.Probe {
-		return Result{Code: ExitOK, Message: fmt.Sprintf("consul-cni-check: %s is %q", annotations.KeyTransparentProxyStatus, status)}
-	}
+}
 
+// probe is the second phase: with the status complete, it proves with real
+// connections that the pod's outbound traffic is redirected.
+func (c *checker) probe(ctx context.Context, anns map[string]string, status string) Result {
 	tc, err := trafficConfig(anns)
 	if err != nil {
-		return broken("consul-cni-check: %v", err)
+		return c.undecided("consul-cni-check: %v", err)
 	}
 	port := tc.ProxyOutboundPort
-	if cfg.OutboundPort != 0 {
-		port = cfg.OutboundPort
+	if c.cfg.OutboundPort != 0 {
+		port = c.cfg.OutboundPort
 	}
-	if err := probeAllowed(tc, cfg.UID); err != nil {
-		return broken("consul-cni-check: %v", err)
+	if err := probeAllowed(tc, c.cfg.UID); err != nil {
+		return c.undecided("consul-cni-check: %v", err)
 	}
-	targets := cfg.ProbeTargets
+	targets := c.cfg.ProbeTargets
 	if len(targets) == 0 {
 		targets = []netip.AddrPort{DefaultProbeAddress}
 	}
 	for _, t := range targets {
 		if err := targetAllowed(tc, t); err != nil {
-			return broken("consul-cni-check: probe address %s: %v", t, err)
+			return c.undecided("consul-cni-check: probe address %s: %v", t, err)
 		}
 	}
 	for _, t := range targets {
-		err := Probe(ctx, port, t, cfg.ProbeTimeout)
+		err := Probe(ctx, port, t, c.cfg.ProbeTimeout)
 		var nr *NotRedirectedError
 		switch {
 		case errors.As(err, &nr):
-			return fail("consul-cni-check: %s is %q but traffic is not redirected: %v", annotations.KeyTransparentProxyStatus, status, err)
+			return c.bypassed("consul-cni-check: %s is %q but traffic is not redirected: %v", annotations.KeyTransparentProxyStatus, status, err)
 		case err != nil:
-			return broken("consul-cni-check: traffic probe: %v", err)
+			return c.undecided("consul-cni-check: traffic probe: %v", err)
 		}
-		log.Info("Traffic probe: connection redirected to the outbound port", "target", t.String(), "port", port)
+		c.log.Info("Traffic probe: connection redirected to the outbound port", "target", t.String(), "port", port)
 	}
 	return Result{Code: ExitOK, Message: fmt.Sprintf("consul-cni-check: %s is %q and traffic is redirected to port %d", annotations.KeyTransparentProxyStatus, status, port)}
 }

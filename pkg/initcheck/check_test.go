@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
 
 const redirectJSON = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
@@ -388,15 +389,6 @@ func TestRunProbeRefusedUID(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) uint16 {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
-}
-
 // Without redirect rules (no privileges in this tier) the probe must fail
 // as "not redirected" both when nothing answers and when something other
 // than the outbound listener answers.
@@ -417,15 +409,23 @@ func TestProbeNotRedirected(t *testing.T) {
 			defer c.Close()
 		}
 	}()
+	var ports [3]uint16
+	for i := range ports {
+		p, err := testnet.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = uint16(p)
+	}
 	target := netip.MustParseAddrPort(srv.Addr().String())
-	err = Probe(context.Background(), freePort(t), target, 500*time.Millisecond)
+	err = Probe(context.Background(), ports[0], target, 500*time.Millisecond)
 	var nr *NotRedirectedError
 	if !errors.As(err, &nr) {
 		t.Fatalf("answered by a server: err = %v, want NotRedirectedError", err)
 	}
 	// Nothing listens at the target.
-	closed := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
-	if err := Probe(context.Background(), freePort(t), closed, 500*time.Millisecond); !errors.As(err, &nr) {
+	closed := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ports[1])
+	if err := Probe(context.Background(), ports[2], closed, 500*time.Millisecond); !errors.As(err, &nr) {
 		t.Fatalf("refused: err = %v, want NotRedirectedError", err)
 	}
 	// The outbound port is taken (proxy already running): not a verdict.

@@ -400,45 +400,18 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 			return err
 		}
 	}
-	w, err := fsnotify.NewWatcher()
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("starting the file watcher: %w", err)
 	}
-	defer w.Close()
-	// watched maps each watched directory to the inode the watch is on.
-	watched := map[string]uint64{}
-	watch := func(dir string) {
-		if dir == "" {
-			return
-		}
-		ino := inode(dir)
-		if ino == 0 {
-			return
-		}
-		if old, ok := watched[dir]; ok && old == ino {
-			return
-		}
-		if err := w.Add(dir); err != nil {
-			log.V(2).Info("Cannot watch directory yet", "dir", dir, "err", err.Error())
-			return
-		}
-		watched[dir] = ino
-	}
+	defer fw.Close()
+	w := &dirWatcher{w: fw, log: log, watched: map[string]uint64{}}
 	rewatch := func(st Status) {
-		// A watch follows the directory, not its path: a directory removed,
-		// recreated or swapped is watched again.
-		for d, ino := range watched {
-			if inode(d) != ino {
-				_ = w.Remove(d)
-				delete(watched, d)
-			}
-		}
-		watch(in.cfg.NetDir)
-		watch(in.cfg.BinDir)
+		dirs := []string{in.cfg.NetDir, in.cfg.BinDir}
 		if in.cfg.Client != nil && in.cfg.Client.TokenFile != "" {
-			watch(filepath.Dir(in.cfg.Client.TokenFile))
+			dirs = append(dirs, filepath.Dir(in.cfg.Client.TokenFile))
 		}
-		watch(st.PluginDir)
+		w.rewatch(append(dirs, st.PluginDir)...)
 	}
 	recheck := time.NewTimer(time.Hour)
 	recheck.Stop()
@@ -473,7 +446,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 		case <-ctx.Done():
 			log.Info("Stopping; the installation stays in place (only uninstall removes it)")
 			return nil
-		case ev, ok := <-w.Events:
+		case ev, ok := <-fw.Events:
 			if !ok {
 				return errors.New("file watcher closed")
 			}
@@ -482,7 +455,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 			}
 			log.V(4).Info("File event", "event", ev.String())
 			debounce.Reset(in.cfg.Debounce)
-		case err, ok := <-w.Errors:
+		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("file watcher closed")
 			}
@@ -494,6 +467,49 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 		case <-resync.C:
 			pass()
 		}
+	}
+}
+
+// dirWatcher keeps an fsnotify watch on directories; a watch follows the
+// directory, not its path, so a directory removed, recreated or swapped is
+// watched again by rewatch.
+type dirWatcher struct {
+	w   *fsnotify.Watcher
+	log klog.Logger
+	// watched maps each watched directory to the inode the watch is on.
+	watched map[string]uint64
+}
+
+// watch adds a watch on dir unless it is watched on its current inode or
+// does not exist yet.
+func (d *dirWatcher) watch(dir string) {
+	if dir == "" {
+		return
+	}
+	ino := inode(dir)
+	if ino == 0 {
+		return
+	}
+	if old, ok := d.watched[dir]; ok && old == ino {
+		return
+	}
+	if err := d.w.Add(dir); err != nil {
+		d.log.V(2).Info("Cannot watch directory yet", "dir", dir, "err", err.Error())
+		return
+	}
+	d.watched[dir] = ino
+}
+
+// rewatch drops the watches whose directory changed inode and watches dirs.
+func (d *dirWatcher) rewatch(dirs ...string) {
+	for dir, ino := range d.watched {
+		if inode(dir) != ino {
+			_ = d.w.Remove(dir)
+			delete(d.watched, dir)
+		}
+	}
+	for _, dir := range dirs {
+		d.watch(dir)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -603,20 +604,6 @@ func (r *runner) stop(t *testing.T) {
 	})
 }
 
-// waitFor polls cond with a generous deadline (shared, noisy machines).
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s: %v", what, err)
-}
-
 func TestRunWatchesAndReappends(t *testing.T) {
 	n := newNode(t)
 	reg := prometheus.NewRegistry()
@@ -624,7 +611,7 @@ func TestRunWatchesAndReappends(t *testing.T) {
 	r := startRun(t, in)
 
 	// No primary yet: the installer waits and is not ready.
-	waitFor(t, "a waiting pass", func() error {
+	poll.Eventually(t, 2*time.Minute, "a waiting pass", func() error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if len(r.passes) == 0 || !r.passes[0].Waiting {
@@ -638,12 +625,12 @@ func TestRunWatchesAndReappends(t *testing.T) {
 
 	// The primary CNI writes its configuration: chained without a resync.
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
-	waitFor(t, "chained", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "chained", in.Ready)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 
 	// The primary CNI rewrites its file (e.g. after its own restart).
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": strings.Replace(kindnet, "1500", "1450", 1)})
-	waitFor(t, "re-chained after rewrite", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "re-chained after rewrite", in.Ready)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 	if b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist")); !strings.Contains(string(b), "1450") {
 		t.Errorf("the primary's new content was lost:\n%s", b)
@@ -651,16 +638,16 @@ func TestRunWatchesAndReappends(t *testing.T) {
 
 	// A different CNI takes over with a file that sorts first, as a .conf.
 	writeFiles(t, n.net, map[string]string{"05-flannel.conf": flannelConf})
-	waitFor(t, "new primary converted and chained", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "new primary converted and chained", in.Ready)
 	assertRuntimeChained(t, n.net, "flannel")
 
 	// Somebody deletes the plugin binary.
 	os.Remove(filepath.Join(n.bin, PluginType))
-	waitFor(t, "binary restored", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "binary restored", in.Ready)
 
 	// kubelet rotates the service-account token.
 	swapToken(t, n, "token-rotated")
-	waitFor(t, "token copy refreshed", func() error {
+	poll.Eventually(t, 2*time.Minute, "token copy refreshed", func() error {
 		b, _ := os.ReadFile(filepath.Join(n.net, TokenFileName))
 		if string(b) != "token-rotated" {
 			return fmt.Errorf("token copy %q", b)
@@ -690,13 +677,13 @@ func TestRunSurvivesDirectoryReplacement(t *testing.T) {
 	in := n.installer(t, func(c *Config) { c.Resync = 100 * time.Millisecond })
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	startRun(t, in)
-	waitFor(t, "chained", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "chained", in.Ready)
 	tmp := n.net + ".new"
 	writeFiles(t, tmp, map[string]string{"10-kindnet.conflist": kindnet})
 	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, n.net, unix.RENAME_EXCHANGE); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "chained again", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "chained again", in.Ready)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"os"
 	"path/filepath"
 	"sync"
@@ -118,12 +119,12 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	defer stopOld()
 	doneOld := make(chan struct{})
 	go func() { defer close(doneOld); oldIn.Run(ctxOld, count) }()
-	waitFor(t, "old installer ready", oldIn.Ready)
+	poll.Eventually(t, 2*time.Minute, "old installer ready", oldIn.Ready)
 	ctxNew, stopNew := context.WithCancel(context.Background())
 	defer stopNew()
 	doneNew := make(chan struct{})
 	go func() { defer close(doneNew); newIn.Run(ctxNew, count) }()
-	waitFor(t, "new installer ready", newIn.Ready)
+	poll.Eventually(t, 2*time.Minute, "new installer ready", newIn.Ready)
 
 	// Both run for a while (many resyncs and rechecks): the token stays put.
 	time.Sleep(time.Second)
@@ -147,7 +148,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	oldAlive.Store(false)
 	stopOld()
 	<-doneOld
-	waitFor(t, "the new pod's token in place", func() error {
+	poll.Eventually(t, 2*time.Minute, "the new pod's token in place", func() error {
 		if b, _ := os.ReadFile(tokPath); string(b) != newTok {
 			return errors.New("still the old token")
 		}

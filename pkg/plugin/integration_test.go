@@ -19,6 +19,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 )
 
@@ -73,7 +74,7 @@ func TestRESTClientAgainstAPIServer(t *testing.T) {
 	if got.Annotations[annotations.KeyTransparentProxyStatus] != annotations.TProxyStatusComplete || got.Annotations["keep"] != "me" {
 		t.Fatalf("annotations %v", got.Annotations)
 	}
-	if _, err := rc.GetPod(ctx, ns, "gone"); !IsNotFound(err) {
+	if _, err := rc.GetPod(ctx, ns, "gone"); !isNotFound(err) {
 		t.Fatalf("missing pod: %v", err)
 	}
 }
@@ -115,7 +116,7 @@ func TestAddStrandedNodeAgainstAPIServer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("eyJhbGciOiJSUzI1NiJ9.e30.c3RhbGU"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fake := &redirect.Fake{}
+	fake := &redirecttest.Fake{}
 	var stdout, stderr bytes.Buffer
 	p := &Plugin{NewClient: NewKubeClient, Stdout: &stdout, Stderr: &stderr, RetryBase: time.Millisecond,
 		NewExecutor: func(context.Context, *Config, string, *slog.Logger) (redirect.Executor, error) { return fake, nil }}

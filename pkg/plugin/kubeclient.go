@@ -60,8 +60,8 @@ type credentialsError struct{ error }
 
 func (e *credentialsError) Unwrap() error { return e.error }
 
-// IsNotFound reports whether err is a 404 from the API server.
-func IsNotFound(err error) bool {
+// isNotFound reports whether err is a 404 from the API server.
+func isNotFound(err error) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Code == http.StatusNotFound
 }
@@ -130,6 +130,45 @@ type restPods struct {
 // The tokenFile is read on every request, so a token rotated on disk is
 // picked up.
 func loadKubeconfig(path string, timeout time.Duration) (*restPods, error) {
+	kc, err := readKubeconfig(path)
+	if err != nil {
+		return nil, err
+	}
+	clusterName, userName, err := kc.currentContext()
+	if err != nil {
+		return nil, err
+	}
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(filepath.Dir(path), p)
+	}
+	r := &restPods{}
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
+	proxy, err := r.useCluster(kc, clusterName, tlsConf, rel)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.useUser(kc, userName, tlsConf, rel); err != nil {
+		return nil, err
+	}
+	dialer := &net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}
+	r.client = &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy:               proxy,
+			DialContext:         dialer.DialContext,
+			TLSClientConfig:     tlsConf,
+			TLSHandshakeTimeout: min(timeout, 10*time.Second),
+			ForceAttemptHTTP2:   true,
+		},
+	}
+	return r, nil
+}
+
+// readKubeconfig reads and decodes a kubeconfig file (YAML or JSON).
+func readKubeconfig(path string) (*kubeconfig, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -142,33 +181,37 @@ func loadKubeconfig(path string, timeout time.Duration) (*restPods, error) {
 	if err := json.Unmarshal(js, &kc); err != nil {
 		return nil, fmt.Errorf("not a kubeconfig: %w", err)
 	}
+	return &kc, nil
+}
+
+// currentContext returns the cluster and user of the current context (of
+// the only context when none is current).
+func (kc *kubeconfig) currentContext() (cluster, user string, err error) {
 	ctxName := kc.CurrentContext
 	if ctxName == "" && len(kc.Contexts) == 1 {
 		ctxName = kc.Contexts[0].Name
 	}
 	if ctxName == "" {
-		return nil, errors.New("no current-context")
+		return "", "", errors.New("no current-context")
 	}
-	var clusterName, userName string
 	found := false
 	for _, c := range kc.Contexts {
 		if c.Name == ctxName {
-			clusterName, userName, found = c.Context.Cluster, c.Context.User, true
+			cluster, user, found = c.Context.Cluster, c.Context.User, true
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("context %q not found", ctxName)
+		return "", "", fmt.Errorf("context %q not found", ctxName)
 	}
-	rel := func(p string) string {
-		if p == "" || filepath.IsAbs(p) {
-			return p
-		}
-		return filepath.Join(filepath.Dir(path), p)
-	}
-	r := &restPods{}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
+	return cluster, user, nil
+}
+
+// useCluster takes the server, the certificate authority and the TLS
+// settings of the named cluster, and returns its proxy (nil for none).
+func (r *restPods) useCluster(kc *kubeconfig, clusterName string, tlsConf *tls.Config, rel func(string) string) (func(*http.Request) (*url.URL, error), error) {
 	var proxy func(*http.Request) (*url.URL, error)
-	found = false
+	found := false
+	var err error
 	for _, c := range kc.Clusters {
 		if c.Name != clusterName {
 			continue
@@ -207,7 +250,14 @@ func loadKubeconfig(path string, timeout time.Duration) (*restPods, error) {
 	if !found {
 		return nil, fmt.Errorf("cluster %q not found", clusterName)
 	}
-	found = false
+	return proxy, nil
+}
+
+// useUser takes the credentials of the named user: token or tokenFile,
+// basic auth, impersonation, client certificate.
+func (r *restPods) useUser(kc *kubeconfig, userName string, tlsConf *tls.Config, rel func(string) string) error {
+	found := false
+	var err error
 	for _, u := range kc.Users {
 		if u.Name != userName {
 			continue
@@ -215,7 +265,7 @@ func loadKubeconfig(path string, timeout time.Duration) (*restPods, error) {
 		found = true
 		us := u.User
 		if len(us.Exec) > 0 && string(us.Exec) != "null" || len(us.AuthProvider) > 0 && string(us.AuthProvider) != "null" {
-			return nil, fmt.Errorf("user %q: exec and auth-provider credentials are not supported by consul-cni; use token, tokenFile or a client certificate", userName)
+			return fmt.Errorf("user %q: exec and auth-provider credentials are not supported by consul-cni; use token, tokenFile or a client certificate", userName)
 		}
 		r.token, r.tokenFile = us.Token, rel(us.TokenFile)
 		r.basicUser, r.basicPass = us.Username, us.Password
@@ -223,42 +273,31 @@ func loadKubeconfig(path string, timeout time.Duration) (*restPods, error) {
 		cert, key := us.ClientCertificateData, us.ClientKeyData
 		if us.ClientCertificate != "" {
 			if cert, err = os.ReadFile(rel(us.ClientCertificate)); err != nil {
-				return nil, fmt.Errorf("user %q: client-certificate: %w", userName, err)
+				return fmt.Errorf("user %q: client-certificate: %w", userName, err)
 			}
 		}
 		if us.ClientKey != "" {
 			if key, err = os.ReadFile(rel(us.ClientKey)); err != nil {
-				return nil, fmt.Errorf("user %q: client-key: %w", userName, err)
+				return fmt.Errorf("user %q: client-key: %w", userName, err)
 			}
 		}
 		if len(cert) > 0 || len(key) > 0 {
 			pair, err := tls.X509KeyPair(cert, key)
 			if err != nil {
-				return nil, fmt.Errorf("user %q: client certificate: %w", userName, err)
+				return fmt.Errorf("user %q: client certificate: %w", userName, err)
 			}
 			tlsConf.Certificates = []tls.Certificate{pair}
 		}
 		if r.tokenFile != "" {
 			if _, err := r.bearer(); err != nil {
-				return nil, fmt.Errorf("user %q: %w", userName, err)
+				return fmt.Errorf("user %q: %w", userName, err)
 			}
 		}
 	}
 	if !found && userName != "" {
-		return nil, fmt.Errorf("user %q not found", userName)
+		return fmt.Errorf("user %q not found", userName)
 	}
-	dialer := &net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}
-	r.client = &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy:               proxy,
-			DialContext:         dialer.DialContext,
-			TLSClientConfig:     tlsConf,
-			TLSHandshakeTimeout: min(timeout, 10*time.Second),
-			ForceAttemptHTTP2:   true,
-		},
-	}
-	return r, nil
+	return nil
 }
 
 // bearer returns the token to send: the tokenFile's current content when

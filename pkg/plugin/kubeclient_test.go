@@ -150,8 +150,8 @@ func TestRESTClientErrors(t *testing.T) {
 	} {
 		api.status, api.body = tc.status, tc.body
 		_, err := c.GetPod(ctx, "default", "web")
-		if err == nil || !strings.Contains(err.Error(), tc.want) || IsNotFound(err) != tc.notFound || retriable(err) != tc.retriable {
-			t.Errorf("status %d: %v (notFound %v retriable %v)", tc.status, err, IsNotFound(err), retriable(err))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || isNotFound(err) != tc.notFound || retriable(err) != tc.retriable {
+			t.Errorf("status %d: %v (notFound %v retriable %v)", tc.status, err, isNotFound(err), retriable(err))
 		}
 	}
 	if !strings.HasPrefix(api.requests[0], "GET /api/v1/namespaces/default/pods/web Basic ") {

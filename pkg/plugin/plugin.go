@@ -190,7 +190,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		// holds its mirror pod, which names that UID in an annotation.)
 		return nil, fmt.Errorf("consul-cni: %s: the API holds a different pod of that name (uid %s, the sandbox is for uid %s)", tg.what, pod.UID, a.PodUID)
 	}
-	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
+	if !annotations.UsesTransparentProxy(pod.Labels, pod.Annotations) {
 		log.Debug("pod is not injected or has no transparent proxy status; not redirecting")
 		tg.skip = true
 		return tg, nil

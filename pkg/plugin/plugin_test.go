@@ -27,6 +27,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
@@ -79,14 +80,14 @@ type env struct {
 	t       *testing.T
 	p       *Plugin
 	client  *fake.Clientset
-	fake    *redirect.Fake
+	fake    *redirecttest.Fake
 	stdout  *bytes.Buffer
 	stderr  *bytes.Buffer
 	clients int
 }
 
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
-	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirect.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirecttest.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
 	e.p = &Plugin{
 		NewClient: func(*Config) (PodClient, string, error) {
 			e.clients++
@@ -171,7 +172,7 @@ func expectedTable(t *testing.T, js string, dual bool) [2]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &redirect.Fake{}
+	f := &redirecttest.Fake{}
 	if err := redirect.Apply(context.Background(), f, redirect.Build(cfg)); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func (e *env) tables() [2]string {
 	return [2]string{e.fake.Table(redirect.IPv4), e.fake.Table(redirect.IPv6)}
 }
 
-var emptyTables = [2]string{(&redirect.Fake{}).Table(redirect.IPv4), (&redirect.Fake{}).Table(redirect.IPv6)}
+var emptyTables = [2]string{(&redirecttest.Fake{}).Table(redirect.IPv4), (&redirecttest.Fake{}).Table(redirect.IPv6)}
 
 func TestAddKubernetesPath(t *testing.T) {
 	e := newEnv(t, injectedPod("web", nil))

@@ -1,4 +1,4 @@
-package redirect
+package redirect_test
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 // goldenCase is a redirect configuration with a golden file
@@ -84,7 +85,7 @@ const (
 	secTable   = "nat table after ADD (iptables-save -t nat)"
 )
 
-func renderGolden(c goldenCase, sets []RuleSet, tables map[Family]string) string {
+func renderGolden(c goldenCase, sets []redirect.RuleSet, tables map[redirect.Family]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s (dual stack: %v)\n# %s\n", c.name, c.dual, c.json)
 	for _, rs := range sets {
@@ -95,7 +96,7 @@ func renderGolden(c goldenCase, sets []RuleSet, tables map[Family]string) string
 }
 
 // goldenSection returns one section of a golden file.
-func goldenSection(golden string, fam Family, section string) (string, bool) {
+func goldenSection(golden string, fam redirect.Family, section string) (string, bool) {
 	head := "## " + fam.String() + " " + section + "\n"
 	i := strings.Index(golden, head)
 	if i < 0 {

@@ -1,10 +1,12 @@
-package redirect
+package redirect_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 )
 
 // FuzzBuild: whatever the annotation holds, either it is rejected or every
@@ -19,21 +21,21 @@ func FuzzBuild(f *testing.F) {
 		if err != nil {
 			return
 		}
-		sets := Build(cfg)
+		sets := redirect.Build(cfg)
 		assertSafe(t, sets)
 		ctx := context.Background()
-		fk := &Fake{}
-		if err := Apply(ctx, fk, sets); err != nil {
+		fk := &redirecttest.Fake{}
+		if err := redirect.Apply(ctx, fk, sets); err != nil {
 			t.Fatalf("apply: %v", err)
 		}
-		first := fk.Table(IPv4) + fk.Table(IPv6)
-		if err := Apply(ctx, fk, sets); err != nil {
+		first := fk.Table(redirect.IPv4) + fk.Table(redirect.IPv6)
+		if err := redirect.Apply(ctx, fk, sets); err != nil {
 			t.Fatalf("re-apply: %v", err)
 		}
-		if again := fk.Table(IPv4) + fk.Table(IPv6); again != first {
+		if again := fk.Table(redirect.IPv4) + fk.Table(redirect.IPv6); again != first {
 			t.Fatalf("re-apply changed the table")
 		}
-		if err := Check(ctx, fk, sets); err != nil {
+		if err := redirect.Check(ctx, fk, sets); err != nil {
 			t.Fatalf("check: %v", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package redirect
+package redirect_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -20,17 +22,17 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 func TestGolden(t *testing.T) {
 	for _, c := range goldenCases {
 		t.Run(c.name, func(t *testing.T) {
-			sets := Build(c.config(t))
+			sets := redirect.Build(c.config(t))
 			if want := map[bool]int{false: 1, true: 2}[c.dual]; len(sets) != want {
 				t.Fatalf("%d rule sets, want %d", len(sets), want)
 			}
-			f := &Fake{}
-			if err := Apply(context.Background(), f, sets); err != nil {
+			f := &redirecttest.Fake{}
+			if err := redirect.Apply(context.Background(), f, sets); err != nil {
 				t.Fatal(err)
 			}
-			tables := map[Family]string{}
-			for _, fam := range Families {
-				tables[fam] = Normalize([]byte(f.Table(fam)))
+			tables := map[redirect.Family]string{}
+			for _, fam := range redirect.Families {
+				tables[fam] = redirecttest.Normalize([]byte(f.Table(fam)))
 			}
 			got := renderGolden(c, sets, tables)
 			path := filepath.Join("testdata", c.name+".golden")
@@ -46,8 +48,8 @@ func TestGolden(t *testing.T) {
 			if got != string(want) {
 				t.Errorf("%s differs from the rendering; rerun with -update if the change is intended\n--- got\n%s--- want\n%s", path, got, want)
 			}
-			if !c.dual && tables[IPv6] != Normalize([]byte((&Fake{}).Table(IPv6))) {
-				t.Errorf("single stack touched the IPv6 table:\n%s", tables[IPv6])
+			if !c.dual && tables[redirect.IPv6] != redirecttest.Normalize([]byte((&redirecttest.Fake{}).Table(redirect.IPv6))) {
+				t.Errorf("single stack touched the IPv6 table:\n%s", tables[redirect.IPv6])
 			}
 		})
 	}
@@ -60,12 +62,12 @@ func TestDefaultOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := Build(cfg)[0]
-	out := specs(rs.ChainRules(ChainOutput))
+	rs := redirect.Build(cfg)[0]
+	out := redirect.Specs(rs.ChainRules(redirect.ChainOutput))
 	// 10 UIDs (last first), 10 CIDRs (last first), 10 ports (last first),
 	// then proxy UID, loopback, redirect.
 	if len(out) != 33 {
-		t.Fatalf("%d rules in %s", len(out), ChainOutput)
+		t.Fatalf("%d rules in %s", len(out), redirect.ChainOutput)
 	}
 	want := []string{
 		"-m owner --uid-owner 6009 -j RETURN", "-m owner --uid-owner 6000 -j RETURN",
@@ -74,54 +76,54 @@ func TestDefaultOrder(t *testing.T) {
 		"-m owner --uid-owner 5995 -j RETURN", "-d 127.0.0.1/32 -j RETURN", "-j CONSUL_PROXY_REDIRECT",
 	}
 	got := []string{out[0], out[9], out[10], out[19], out[20], out[29], out[30], out[31], out[32]}
-	if !equal(got, want) {
+	if !redirect.Equal(got, want) {
 		t.Fatalf("order\n got %q\nwant %q", got, want)
 	}
-	in := specs(rs.ChainRules(ChainInbound))
+	in := redirect.Specs(rs.ChainRules(redirect.ChainInbound))
 	if in[0] != "-p tcp -m tcp --dport 8009 -j RETURN" || in[10] != "-p tcp -j CONSUL_PROXY_IN_REDIRECT" {
 		t.Fatalf("inbound %q", in)
 	}
 	// DNS jumps come before the TCP jump in OUTPUT.
-	o := specs(rs.ChainRules("OUTPUT"))
+	o := redirect.Specs(rs.ChainRules("OUTPUT"))
 	if len(o) != 3 || !strings.Contains(o[0], "-p udp") || !strings.Contains(o[1], "-p tcp -m tcp --dport 53") || o[2] != "-p tcp -j CONSUL_PROXY_OUTPUT" {
 		t.Fatalf("OUTPUT %q", o)
 	}
 }
 
-func mustSets(t *testing.T, js string, dual bool) []RuleSet {
+func mustSets(t *testing.T, js string, dual bool) []redirect.RuleSet {
 	t.Helper()
 	cfg, err := annotations.ParseRedirectTrafficConfig([]byte(js), dual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Build(cfg)
+	return redirect.Build(cfg)
 }
 
 func TestReapplyIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range goldenCases {
 		t.Run(c.name, func(t *testing.T) {
-			sets := Build(c.config(t))
-			f := &Fake{}
+			sets := redirect.Build(c.config(t))
+			f := &redirecttest.Fake{}
 			// Something of someone else's in OUTPUT must survive.
-			if err := f.Exec(IPv4, "*nat\n-N OTHER\n-A OUTPUT -p udp -j OTHER\nCOMMIT\n"); err != nil {
+			if err := f.Exec(redirect.IPv4, "*nat\n-N OTHER\n-A OUTPUT -p udp -j OTHER\nCOMMIT\n"); err != nil {
 				t.Fatal(err)
 			}
-			if err := Apply(ctx, f, sets); err != nil {
+			if err := redirect.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
-			first := [2]string{f.Table(IPv4), f.Table(IPv6)}
+			first := [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}
 			f.Calls = nil
-			if err := Apply(ctx, f, sets); err != nil {
+			if err := redirect.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
-			if second := [2]string{f.Table(IPv4), f.Table(IPv6)}; second != first {
+			if second := [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}; second != first {
 				t.Fatalf("second ADD changed the table\nfirst:\n%s\nsecond:\n%s", first, second)
 			}
 			if !strings.Contains(first[0], "-A OUTPUT -p udp -j OTHER") {
 				t.Fatal("foreign rule lost")
 			}
-			if err := Check(ctx, f, sets); err != nil {
+			if err := redirect.Check(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -129,16 +131,16 @@ func TestReapplyIsIdempotent(t *testing.T) {
 }
 
 func TestFirstAddIsOneRestorePerFamily(t *testing.T) {
-	f := &Fake{}
+	f := &redirecttest.Fake{}
 	sets := mustSets(t, upstreamDefault, false)
-	if err := Apply(context.Background(), f, sets); err != nil {
+	if err := redirect.Apply(context.Background(), f, sets); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(f.Calls, ",") != "restore ipv4" {
 		t.Fatalf("calls %v", f.Calls)
 	}
 	f.Calls = nil
-	if err := Apply(context.Background(), f, sets); err != nil {
+	if err := redirect.Apply(context.Background(), f, sets); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(f.Calls, ",") != "restore ipv4,save ipv4,restore ipv4,save ipv6" {
@@ -150,11 +152,11 @@ func TestReapplyConvergesFromPartialState(t *testing.T) {
 	ctx := context.Background()
 	sets := mustSets(t, upstreamDefault, false)
 	want := func() string {
-		f := &Fake{}
-		if err := Apply(ctx, f, sets); err != nil {
+		f := &redirecttest.Fake{}
+		if err := redirect.Apply(ctx, f, sets); err != nil {
 			t.Fatal(err)
 		}
-		return f.Table(IPv4)
+		return f.Table(redirect.IPv4)
 	}()
 	// What an interrupted one-command-per-rule run leaves: some chains, a
 	// jump, a duplicated jump, a stale exclusion.
@@ -162,58 +164,58 @@ func TestReapplyConvergesFromPartialState(t *testing.T) {
 		"-A CONSUL_PROXY_REDIRECT -p tcp -j REDIRECT --to-ports 1\n" +
 		"-A OUTPUT -p tcp -j CONSUL_PROXY_OUTPUT\n-A OUTPUT -p tcp -j CONSUL_PROXY_OUTPUT\n" +
 		"-A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 1 -j RETURN\nCOMMIT\n"
-	f := &Fake{}
-	if err := f.Exec(IPv4, partial); err != nil {
+	f := &redirecttest.Fake{}
+	if err := f.Exec(redirect.IPv4, partial); err != nil {
 		t.Fatal(err)
 	}
-	if err := Apply(ctx, f, sets); err != nil {
+	if err := redirect.Apply(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.Table(IPv4); got != want {
+	if got := f.Table(redirect.IPv4); got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
 
 func TestDualToSingleRemovesIPv6(t *testing.T) {
 	ctx := context.Background()
-	f := &Fake{}
-	if err := Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, true)); err != nil {
+	f := &redirecttest.Fake{}
+	if err := redirect.Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, true)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(f.Table(IPv6), ChainOutput) {
+	if !strings.Contains(f.Table(redirect.IPv6), redirect.ChainOutput) {
 		t.Fatal("no IPv6 rules")
 	}
-	if err := Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, false)); err != nil {
+	if err := redirect.Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(f.Table(IPv6), "CONSUL") {
-		t.Fatalf("IPv6 rules left:\n%s", f.Table(IPv6))
+	if strings.Contains(f.Table(redirect.IPv6), "CONSUL") {
+		t.Fatalf("IPv6 rules left:\n%s", f.Table(redirect.IPv6))
 	}
 }
 
 func TestFailureLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	empty := [2]string{(&Fake{}).Table(IPv4), (&Fake{}).Table(IPv6)}
+	empty := [2]string{(&redirecttest.Fake{}).Table(redirect.IPv4), (&redirecttest.Fake{}).Table(redirect.IPv6)}
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name    string
 		prepare bool // an earlier ADD is in place
-		fail    func(fam Family, input []byte) error
+		fail    func(fam redirect.Family, input []byte) error
 	}{
-		{"ipv6 fails on first add", false, func(fam Family, in []byte) error {
-			if fam == IPv6 {
+		{"ipv6 fails on first add", false, func(fam redirect.Family, in []byte) error {
+			if fam == redirect.IPv6 {
 				return boom
 			}
 			return nil
 		}},
-		{"ipv4 fails on first add", false, func(fam Family, in []byte) error {
-			if fam == IPv4 {
+		{"ipv4 fails on first add", false, func(fam redirect.Family, in []byte) error {
+			if fam == redirect.IPv4 {
 				return boom
 			}
 			return nil
 		}},
-		{"replace fails on re-add", true, func(fam Family, in []byte) error {
-			if strings.Contains(string(in), ":"+ChainOutput+" - [0:0]") && fam == IPv6 {
+		{"replace fails on re-add", true, func(fam redirect.Family, in []byte) error {
+			if strings.Contains(string(in), ":"+redirect.ChainOutput+" - [0:0]") && fam == redirect.IPv6 {
 				return boom
 			}
 			return nil
@@ -221,42 +223,42 @@ func TestFailureLeavesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sets := mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true)
-			f := &Fake{}
+			f := &redirecttest.Fake{}
 			if tc.prepare {
-				if err := Apply(ctx, f, sets); err != nil {
+				if err := redirect.Apply(ctx, f, sets); err != nil {
 					t.Fatal(err)
 				}
 			}
-			f.FailRestore = func(fam Family, in []byte) error {
+			f.FailRestore = func(fam redirect.Family, in []byte) error {
 				// Cleanup inputs never fail here.
 				if strings.Contains(string(in), "-X ") {
 					return nil
 				}
 				return tc.fail(fam, in)
 			}
-			err := Apply(ctx, f, sets)
+			err := redirect.Apply(ctx, f, sets)
 			if !errors.Is(err, boom) {
 				t.Fatalf("error %v, want boom", err)
 			}
-			if got := [2]string{f.Table(IPv4), f.Table(IPv6)}; got != empty {
+			if got := [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}; got != empty {
 				t.Fatalf("rules left after failure:\n%s\n%s", got[0], got[1])
 			}
 		})
 	}
 }
 
-// deadlineExec is a Fake whose calls fail once their context is done, as
+// deadlineExec is a redirecttest.Fake whose calls fail once their context is done, as
 // the real tools killed by exec.CommandContext do.
-type deadlineExec struct{ *Fake }
+type deadlineExec struct{ *redirecttest.Fake }
 
-func (e deadlineExec) Save(ctx context.Context, fam Family) ([]byte, error) {
+func (e deadlineExec) Save(ctx context.Context, fam redirect.Family) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return e.Fake.Save(ctx, fam)
 }
 
-func (e deadlineExec) Restore(ctx context.Context, fam Family, in []byte) error {
+func (e deadlineExec) Restore(ctx context.Context, fam redirect.Family, in []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -269,20 +271,20 @@ func (e deadlineExec) Restore(ctx context.Context, fam Family, in []byte) error 
 func TestFailureAtTheDeadlineStillCleansUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := &Fake{}
-	f.FailRestore = func(fam Family, in []byte) error {
-		if fam == IPv6 && !strings.Contains(string(in), "-X ") {
+	f := &redirecttest.Fake{}
+	f.FailRestore = func(fam redirect.Family, in []byte) error {
+		if fam == redirect.IPv6 && !strings.Contains(string(in), "-X ") {
 			cancel()
 			return context.DeadlineExceeded
 		}
 		return nil
 	}
-	err := Apply(ctx, deadlineExec{f}, mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true))
+	err := redirect.Apply(ctx, deadlineExec{f}, mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no rule of ours was left in place") {
 		t.Fatalf("error %v", err)
 	}
-	if strings.Contains(f.Table(IPv4), "CONSUL") {
-		t.Fatalf("IPv4 rules left after a failure at the deadline:\n%s", f.Table(IPv4))
+	if strings.Contains(f.Table(redirect.IPv4), "CONSUL") {
+		t.Fatalf("IPv4 rules left after a failure at the deadline:\n%s", f.Table(redirect.IPv4))
 	}
 }
 
@@ -290,19 +292,19 @@ func TestFailureAtTheDeadlineStillCleansUp(t *testing.T) {
 // be listed (no IPv6) succeeds: cleaning the other family is best effort.
 func TestReapplyWithoutIPv6(t *testing.T) {
 	ctx := context.Background()
-	f := &Fake{FailSave: func(fam Family) error {
-		if fam == IPv6 {
+	f := &redirecttest.Fake{FailSave: func(fam redirect.Family) error {
+		if fam == redirect.IPv6 {
 			return errors.New("ip6tables-save: Table does not exist")
 		}
 		return nil
 	}}
 	sets := mustSets(t, upstreamDefault, false)
 	for i := 0; i < 2; i++ {
-		if err := Apply(ctx, f, sets); err != nil {
+		if err := redirect.Apply(ctx, f, sets); err != nil {
 			t.Fatalf("ADD %d: %v", i+1, err)
 		}
 	}
-	if err := Check(ctx, f, sets); err != nil {
+	if err := redirect.Check(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -316,8 +318,8 @@ func TestInNetnsNotANamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	err := InNetns(path, func() error { ran = true; return nil })
-	if !errors.Is(err, ErrNetnsGone) || ran {
+	err := redirect.InNetns(path, func() error { ran = true; return nil })
+	if !errors.Is(err, redirect.ErrNetnsGone) || ran {
 		t.Fatalf("InNetns on a regular file: err %v, fn ran %v", err, ran)
 	}
 }
@@ -344,11 +346,11 @@ func TestCheckReportsDrift(t *testing.T) {
 		{"chain gone", "-D OUTPUT -p udp -m udp --dport 53 -d 127.0.0.1/32 -j CONSUL_DNS_REDIRECT", nil}, // replaced below
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &Fake{}
-			if err := Apply(ctx, f, sets); err != nil {
+			f := &redirecttest.Fake{}
+			if err := redirect.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
-			if err := Check(ctx, f, sets); err != nil {
+			if err := redirect.Check(ctx, f, sets); err != nil {
 				t.Fatalf("check before tampering: %v", err)
 			}
 			tamper, want := tc.tamper, tc.want
@@ -357,11 +359,11 @@ func TestCheckReportsDrift(t *testing.T) {
 					"-D OUTPUT -d 127.0.0.1/32 -p tcp -m tcp --dport 53 -j CONSUL_DNS_REDIRECT\n-F CONSUL_DNS_REDIRECT\n-X CONSUL_DNS_REDIRECT"
 				want = []string{"chain CONSUL_DNS_REDIRECT is missing", "rule missing: -A OUTPUT -d 127.0.0.1/32 -p udp -m udp --dport 53 -j CONSUL_DNS_REDIRECT"}
 			}
-			if err := f.Exec(IPv4, "*nat\n"+tamper+"\nCOMMIT\n"); err != nil {
+			if err := f.Exec(redirect.IPv4, "*nat\n"+tamper+"\nCOMMIT\n"); err != nil {
 				t.Fatal(err)
 			}
-			err := Check(ctx, f, sets)
-			var ce *CheckError
+			err := redirect.Check(ctx, f, sets)
+			var ce *redirect.CheckError
 			if !errors.As(err, &ce) {
 				t.Fatalf("want drift, got %v", err)
 			}
@@ -371,10 +373,10 @@ func TestCheckReportsDrift(t *testing.T) {
 				}
 			}
 			// ADD again repairs it.
-			if err := Apply(ctx, f, sets); err != nil {
+			if err := redirect.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
-			if err := Check(ctx, f, sets); err != nil {
+			if err := redirect.Check(ctx, f, sets); err != nil {
 				t.Fatalf("after re-ADD: %v", err)
 			}
 		})
@@ -383,24 +385,24 @@ func TestCheckReportsDrift(t *testing.T) {
 
 func TestRemoveIsIdempotentAndKeepsOthers(t *testing.T) {
 	ctx := context.Background()
-	f := &Fake{}
-	if err := f.Exec(IPv4, "*nat\n-N OTHER\n-A OUTPUT -p udp -j OTHER\n-A OTHER -j RETURN\nCOMMIT\n"); err != nil {
+	f := &redirecttest.Fake{}
+	if err := f.Exec(redirect.IPv4, "*nat\n-N OTHER\n-A OUTPUT -p udp -j OTHER\n-A OTHER -j RETURN\nCOMMIT\n"); err != nil {
 		t.Fatal(err)
 	}
-	before := f.Table(IPv4)
-	if err := Apply(ctx, f, mustSets(t, upstreamDefault, false)); err != nil {
+	before := f.Table(redirect.IPv4)
+	if err := redirect.Apply(ctx, f, mustSets(t, upstreamDefault, false)); err != nil {
 		t.Fatal(err)
 	}
 	// A foreign chain that jumps into ours (with a comment) is unhooked too.
-	if err := f.Exec(IPv4, "*nat\n-A OTHER -m comment --comment \"to consul \\\"dns\\\"\" -j CONSUL_DNS_REDIRECT\nCOMMIT\n"); err != nil {
+	if err := f.Exec(redirect.IPv4, "*nat\n-A OTHER -m comment --comment \"to consul \\\"dns\\\"\" -j CONSUL_DNS_REDIRECT\nCOMMIT\n"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if err := Remove(ctx, f, Families); err != nil {
+		if err := redirect.Remove(ctx, f, redirect.Families); err != nil {
 			t.Fatalf("remove #%d: %v", i+1, err)
 		}
 	}
-	if got := f.Table(IPv4); got != before {
+	if got := f.Table(redirect.IPv4); got != before {
 		t.Fatalf("after remove\n%s\nwant\n%s", got, before)
 	}
 }
@@ -409,12 +411,12 @@ func TestRemoveIsIdempotentAndKeepsOthers(t *testing.T) {
 // names, option names, numbers, addresses, prefixes.
 var safeToken = regexp.MustCompile(`^(-{1,2}[a-z][a-z-]*|[A-Z_]+|[a-z]+|[0-9]+|[0-9a-fA-F.:\[\]]+(/[0-9]+)?)$`)
 
-func assertSafe(t testing.TB, sets []RuleSet) {
+func assertSafe(t testing.TB, sets []redirect.RuleSet) {
 	t.Helper()
 	for _, rs := range sets {
 		in := string(rs.RestoreNew())
 		lines := strings.Split(strings.TrimSuffix(in, "\n"), "\n")
-		if len(lines) != len(rs.Rules)+len(Chains)+2 {
+		if len(lines) != len(rs.Rules)+len(redirect.Chains)+2 {
 			t.Fatalf("restore input has %d lines for %d rules:\n%s", len(lines), len(rs.Rules), in)
 		}
 		for _, r := range rs.Rules {
@@ -429,12 +431,12 @@ func assertSafe(t testing.TB, sets []RuleSet) {
 
 func TestRenderedTokensAreSafe(t *testing.T) {
 	for _, c := range goldenCases {
-		assertSafe(t, Build(c.config(t)))
+		assertSafe(t, redirect.Build(c.config(t)))
 	}
 }
 
 func TestParseSave(t *testing.T) {
-	cur, err := ParseSave([]byte("# c\n*filter\n:INPUT ACCEPT [1:2]\n-A INPUT -j ACCEPT\nCOMMIT\n*nat\n:OUTPUT ACCEPT [3:4]\n:X - [0:0]\n-A OUTPUT -j X\nCOMMIT\n"))
+	cur, err := redirect.ParseSave([]byte("# c\n*filter\n:INPUT ACCEPT [1:2]\n-A INPUT -j ACCEPT\nCOMMIT\n*nat\n:OUTPUT ACCEPT [3:4]\n:X - [0:0]\n-A OUTPUT -j X\nCOMMIT\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,17 +444,17 @@ func TestParseSave(t *testing.T) {
 		t.Fatalf("%+v", cur)
 	}
 	for _, bad := range []string{"*nat\n-A NOPE -j X\nCOMMIT\n", "*nat\nwhat\n", "*nat\nCOMMIT\n*nat\nCOMMIT\n"} {
-		if _, err := ParseSave([]byte(bad)); err == nil {
+		if _, err := redirect.ParseSave([]byte(bad)); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
 	}
-	if cur, err := ParseSave(nil); err != nil || cur.Ours() {
+	if cur, err := redirect.ParseSave(nil); err != nil || cur.Ours() {
 		t.Fatal("empty output")
 	}
 }
 
 func TestNormalize(t *testing.T) {
-	got := Normalize([]byte("# Generated\n*nat\n:OUTPUT ACCEPT [12:345]\n:X - [0:0]\n-A OUTPUT -j X  \nCOMMIT\n# Completed\n"))
+	got := redirecttest.Normalize([]byte("# Generated\n*nat\n:OUTPUT ACCEPT [12:345]\n:X - [0:0]\n-A OUTPUT -j X  \nCOMMIT\n# Completed\n"))
 	if got != "*nat\n:OUTPUT ACCEPT [0:0]\n:X - [0:0]\n-A OUTPUT -j X\nCOMMIT\n" {
 		t.Fatalf("%q", got)
 	}
@@ -460,7 +462,7 @@ func TestNormalize(t *testing.T) {
 
 func TestTokensRoundTrip(t *testing.T) {
 	for _, spec := range []string{`-p tcp -j RETURN`, `-m comment --comment "a b" -j X`, `-m comment --comment "q \"x\" \\ y" -j X`} {
-		if got := quoteSpec(tokens(spec)); got != spec {
+		if got := redirect.QuoteSpec(redirect.Tokens(spec)); got != spec {
 			t.Errorf("%q -> %q", spec, got)
 		}
 	}
@@ -468,25 +470,25 @@ func TestTokensRoundTrip(t *testing.T) {
 
 func TestBackendCommands(t *testing.T) {
 	for _, tc := range []struct {
-		b    Backend
-		f    Family
+		b    redirect.Backend
+		f    redirect.Family
 		verb string
 		want string
 	}{
-		{BackendNFT, IPv4, "restore", "iptables-nft-restore"},
-		{BackendLegacy, IPv6, "save", "ip6tables-legacy-save"},
-		{BackendDefault, IPv6, "restore", "ip6tables-restore"},
+		{redirect.BackendNFT, redirect.IPv4, "restore", "iptables-nft-restore"},
+		{redirect.BackendLegacy, redirect.IPv6, "save", "ip6tables-legacy-save"},
+		{redirect.BackendDefault, redirect.IPv6, "restore", "ip6tables-restore"},
 	} {
 		if got := tc.b.Command(tc.f, tc.verb); got != tc.want {
 			t.Errorf("%v %v %s: %s", tc.b, tc.f, tc.verb, got)
 		}
 	}
-	for in, want := range map[string]Backend{"nft": BackendNFT, "LEGACY": BackendLegacy, "auto": BackendDefault, "": BackendDefault} {
-		if b, _, err := ParseBackend(in); err != nil || b != want {
+	for in, want := range map[string]redirect.Backend{"nft": redirect.BackendNFT, "LEGACY": redirect.BackendLegacy, "auto": redirect.BackendDefault, "": redirect.BackendDefault} {
+		if b, _, err := redirect.ParseBackend(in); err != nil || b != want {
 			t.Errorf("ParseBackend(%q) = %v, %v", in, b, err)
 		}
 	}
-	if _, _, err := ParseBackend("nftables"); err == nil || !strings.Contains(err.Error(), `"nftables"`) {
+	if _, _, err := redirect.ParseBackend("nftables"); err == nil || !strings.Contains(err.Error(), `"nftables"`) {
 		t.Errorf("ParseBackend(nftables) error %v", err)
 	}
 }
@@ -496,21 +498,21 @@ func TestDetectBackend(t *testing.T) {
 	rules := func(n int) string { return strings.Repeat("-A X -j ACCEPT\n", n) }
 	for _, tc := range []struct {
 		name      string
-		installed []Backend
+		installed []redirect.Backend
 		outputs   map[string]string // "<tool> <args>" -> stdout
-		want      Backend
+		want      redirect.Backend
 	}{
-		{"nothing installed", nil, nil, BackendDefault},
-		{"only nft", []Backend{BackendNFT}, nil, BackendNFT},
-		{"only legacy", []Backend{BackendLegacy}, nil, BackendLegacy},
-		{"empty node", []Backend{BackendNFT, BackendLegacy}, nil, BackendNFT},
-		{"nft hint", []Backend{BackendNFT, BackendLegacy}, map[string]string{"ip6tables-nft-save -t mangle": hint, "iptables-legacy-save": rules(50)}, BackendNFT},
-		{"legacy hint", []Backend{BackendNFT, BackendLegacy}, map[string]string{"iptables-legacy-save": hint, "iptables-nft-save": rules(50)}, BackendLegacy},
-		{"legacy has more rules", []Backend{BackendNFT, BackendLegacy}, map[string]string{"iptables-legacy-save": rules(30), "iptables-nft-save": rules(3), "ip6tables-nft-save": rules(3)}, BackendLegacy},
-		{"nft has more rules", []Backend{BackendNFT, BackendLegacy}, map[string]string{"iptables-legacy-save": rules(3), "ip6tables-nft-save": rules(4)}, BackendNFT},
+		{"nothing installed", nil, nil, redirect.BackendDefault},
+		{"only nft", []redirect.Backend{redirect.BackendNFT}, nil, redirect.BackendNFT},
+		{"only legacy", []redirect.Backend{redirect.BackendLegacy}, nil, redirect.BackendLegacy},
+		{"empty node", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, nil, redirect.BackendNFT},
+		{"nft hint", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"ip6tables-nft-save -t mangle": hint, "iptables-legacy-save": rules(50)}, redirect.BackendNFT},
+		{"legacy hint", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"iptables-legacy-save": hint, "iptables-nft-save": rules(50)}, redirect.BackendLegacy},
+		{"legacy has more rules", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"iptables-legacy-save": rules(30), "iptables-nft-save": rules(3), "ip6tables-nft-save": rules(3)}, redirect.BackendLegacy},
+		{"nft has more rules", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"iptables-legacy-save": rules(3), "ip6tables-nft-save": rules(4)}, redirect.BackendNFT},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Detector{
+			d := redirect.Detector{
 				Look: func(name string) (string, error) {
 					for _, b := range tc.installed {
 						if strings.Contains(name, "-"+string(b)+"-") {
@@ -533,7 +535,7 @@ func TestDetectBackend(t *testing.T) {
 func TestCachedBackend(t *testing.T) {
 	dir := t.TempDir()
 	calls := 0
-	d := Detector{
+	d := redirect.Detector{
 		Look: func(name string) (string, error) { return name, nil },
 		Run: func(_ context.Context, name string, args ...string) ([]byte, error) {
 			calls++
@@ -546,7 +548,7 @@ func TestCachedBackend(t *testing.T) {
 	b1, _ := d.Cached(context.Background(), dir, time2h)
 	n := calls
 	b2, why := d.Cached(context.Background(), dir, time2h)
-	if b1 != BackendLegacy || b2 != BackendLegacy || calls != n || !strings.Contains(why, "cached") {
+	if b1 != redirect.BackendLegacy || b2 != redirect.BackendLegacy || calls != n || !strings.Contains(why, "cached") {
 		t.Fatalf("b1=%v b2=%v calls %d->%d why=%s", b1, b2, n, calls, why)
 	}
 	// Expired: detects again.
@@ -562,18 +564,18 @@ const time2h = 2 * 60 * 60 * 1e9
 func TestCheckSeesChangedPortRange(t *testing.T) {
 	ctx := context.Background()
 	sets := mustSets(t, `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ExcludeOutboundPorts":["8000:8100"]}`, false)
-	f := &Fake{}
-	if err := Apply(ctx, f, sets); err != nil {
+	f := &redirecttest.Fake{}
+	if err := redirect.Apply(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
-	if err := Check(ctx, f, sets); err != nil {
+	if err := redirect.Check(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Exec(IPv4, "*nat\n-D CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN\n"+
+	if err := f.Exec(redirect.IPv4, "*nat\n-D CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN\n"+
 		"-I CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8099 -j RETURN\nCOMMIT\n"); err != nil {
 		t.Fatal(err)
 	}
-	err := Check(ctx, f, sets)
+	err := redirect.Check(ctx, f, sets)
 	if err == nil || !strings.Contains(err.Error(), "rule missing: -A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN") ||
 		!strings.Contains(err.Error(), "unexpected rule: -A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8099 -j RETURN") {
 		t.Fatalf("check after narrowing the range: %v", err)

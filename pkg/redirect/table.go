@@ -154,23 +154,3 @@ func target(args []string) string {
 	}
 	return ""
 }
-
-// Normalize returns iptables-save output without comment lines and with
-// packet and byte counters zeroed, so that tables saved at different times
-// or by different backends compare equal when their rules are equal.
-func Normalize(out []byte) string {
-	var b strings.Builder
-	for _, line := range strings.Split(string(out), "\n") {
-		line = strings.TrimRight(line, " \t\r")
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if strings.HasPrefix(line, ":") {
-			if i := strings.LastIndex(line, " ["); i > 0 && strings.HasSuffix(line, "]") {
-				line = line[:i] + " [0:0]"
-			}
-		}
-		b.WriteString(line + "\n")
-	}
-	return b.String()
-}

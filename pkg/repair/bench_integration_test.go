@@ -33,6 +33,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
 
@@ -142,7 +143,7 @@ func startProcess(b *testing.B, c *cluster.Cluster, ns string) *controllerProc {
 			<-done
 		}
 	})
-	eventually(b, "controller /readyz", func() (bool, error) {
+	poll.Eventually(b, waitTimeout, "controller /readyz", func() (bool, error) {
 		resp, err := http.Get("http://" + p.health + "/readyz")
 		if err != nil {
 			return false, err
@@ -283,7 +284,7 @@ func benchBurst(b *testing.B, n int) {
 		node := newNode(b, c, true)
 		createPods(b, client, ns, node, n)
 		p := startProcess(b, c, ns)
-		eventually(b, "controller to cache the pods", func() (bool, error) {
+		poll.Eventually(b, waitTimeout, "controller to cache the pods", func() (bool, error) {
 			return p.metric(`consul_cni_repair_workqueue_adds_total{name="pods"}`) >= float64(n) &&
 				p.metric(`consul_cni_repair_workqueue_depth{name="pods"}`) == 0, nil
 		})
@@ -385,7 +386,7 @@ func benchBurst(b *testing.B, n int) {
 		windowRates = append(windowRates, float64(n)/last.Sub(first).Seconds())
 		// The watch can see an eviction before the controller's call
 		// returns and is counted.
-		eventually(b, "the controller to count every eviction", func() (bool, error) {
+		poll.Eventually(b, waitTimeout, "the controller to count every eviction", func() (bool, error) {
 			got := p.metric(`consul_cni_repair_pods_repaired_total{action="evict",dry_run="false",namespace="` + ns + `",reason="init_check_failed",result="success"}`)
 			if got > float64(n) {
 				return false, fmt.Errorf("controller counted %v evictions for %d pods", got, n)
@@ -432,7 +433,7 @@ func benchRSS(b *testing.B, n int) {
 	for iter := 0; iter < b.N; iter++ {
 		b.ResetTimer()
 		p := startProcess(b, c, ns)
-		eventually(b, "controller to cache the pods", func() (bool, error) {
+		poll.Eventually(b, waitTimeout, "controller to cache the pods", func() (bool, error) {
 			return p.metric(`consul_cni_repair_workqueue_adds_total{name="pods"}`) >= float64(n) &&
 				p.metric(`consul_cni_repair_workqueue_depth{name="pods"}`) == 0, nil
 		})

@@ -19,8 +19,8 @@ type Breaker struct {
 	open map[string]bool
 }
 
-// NewBreaker returns a closed breaker for every node.
-func NewBreaker(threshold float64, minPods int) *Breaker {
+// newBreaker returns a closed breaker for every node.
+func newBreaker(threshold float64, minPods int) *Breaker {
 	return &Breaker{Threshold: threshold, MinPods: minPods, open: map[string]bool{}}
 }
 

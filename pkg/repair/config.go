@@ -40,31 +40,31 @@ const (
 
 // Defaults of the controller's settings (also the flags' defaults).
 const (
-	DefaultAction                     = ActionEvict
-	DefaultGate                       = GateNodeLabel
-	DefaultMinPodAge                  = 30 * time.Second
-	DefaultSandboxSlack               = 2 * time.Minute
-	DefaultMaxRepairsPerMinute        = 30
-	DefaultMaxRepairsPerNodePerMinute = 10
-	DefaultBackoffBase                = 5 * time.Second
-	DefaultBackoffMax                 = 5 * time.Minute
-	DefaultBreakerThreshold           = 0.5
-	DefaultBreakerMinPods             = 3
-	DefaultWorkers                    = 4
-	DefaultCNINamespace               = "consul-cni-repair"
-	DefaultCNIPodSelector             = "app.kubernetes.io/name=consul-cni"
-	DefaultResync                     = 10 * time.Minute
+	defaultAction                     = ActionEvict
+	defaultGate                       = GateNodeLabel
+	defaultMinPodAge                  = 30 * time.Second
+	defaultSandboxSlack               = 2 * time.Minute
+	defaultMaxRepairsPerMinute        = 30
+	defaultMaxRepairsPerNodePerMinute = 10
+	defaultBackoffBase                = 5 * time.Second
+	defaultBackoffMax                 = 5 * time.Minute
+	defaultBreakerThreshold           = 0.5
+	defaultBreakerMinPods             = 3
+	defaultWorkers                    = 4
+	defaultCNINamespace               = "consul-cni-repair"
+	defaultCNIPodSelector             = "app.kubernetes.io/name=consul-cni"
+	defaultResync                     = 10 * time.Minute
 )
 
-// DefaultInjectedPodSelector is the server-side label selector of the pod
+// defaultInjectedPodSelector is the server-side label selector of the pod
 // informer: the label the consul-k8s webhook puts on every pod it injects.
-var DefaultInjectedPodSelector = annotations.KeyInjectStatus + "=" + annotations.InjectStatusInjected
+var defaultInjectedPodSelector = annotations.KeyInjectStatus + "=" + annotations.InjectStatusInjected
 
-// DefaultInitContainerNames are the init containers signal B watches.
-var DefaultInitContainerNames = []string{annotations.InitContainerName, annotations.CheckContainerName}
+// defaultInitContainerNames are the init containers signal B watches.
+var defaultInitContainerNames = []string{annotations.InitContainerName, annotations.CheckContainerName}
 
 // Config holds everything the repair and node-readiness controllers need.
-// The zero value is not usable: start from DefaultConfig.
+// The zero value is not usable: start from defaultConfig.
 type Config struct {
 	Action        Action
 	DryRun        bool
@@ -108,28 +108,28 @@ type Config struct {
 	StartupTaintEffect corev1.TaintEffect
 }
 
-// DefaultConfig returns the documented defaults.
-func DefaultConfig() Config {
+// defaultConfig returns the documented defaults.
+func defaultConfig() Config {
 	return Config{
-		Action:                     DefaultAction,
-		Gate:                       DefaultGate,
-		MinPodAge:                  DefaultMinPodAge,
-		SandboxSlack:               DefaultSandboxSlack,
-		InitContainerNames:         append([]string(nil), DefaultInitContainerNames...),
+		Action:                     defaultAction,
+		Gate:                       defaultGate,
+		MinPodAge:                  defaultMinPodAge,
+		SandboxSlack:               defaultSandboxSlack,
+		InitContainerNames:         append([]string(nil), defaultInitContainerNames...),
 		InitExitCode:               annotations.InitCheckExitCode,
-		InjectedPodSelector:        DefaultInjectedPodSelector,
-		MaxRepairsPerMinute:        DefaultMaxRepairsPerMinute,
-		MaxRepairsPerNodePerMinute: DefaultMaxRepairsPerNodePerMinute,
-		BackoffBase:                DefaultBackoffBase,
-		BackoffMax:                 DefaultBackoffMax,
+		InjectedPodSelector:        defaultInjectedPodSelector,
+		MaxRepairsPerMinute:        defaultMaxRepairsPerMinute,
+		MaxRepairsPerNodePerMinute: defaultMaxRepairsPerNodePerMinute,
+		BackoffBase:                defaultBackoffBase,
+		BackoffMax:                 defaultBackoffMax,
 		Breaker:                    true,
-		BreakerThreshold:           DefaultBreakerThreshold,
-		BreakerMinPods:             DefaultBreakerMinPods,
-		Workers:                    DefaultWorkers,
-		Resync:                     DefaultResync,
+		BreakerThreshold:           defaultBreakerThreshold,
+		BreakerMinPods:             defaultBreakerMinPods,
+		Workers:                    defaultWorkers,
+		Resync:                     defaultResync,
 		NodeReadiness:              true,
-		CNINamespace:               DefaultCNINamespace,
-		CNIPodSelector:             DefaultCNIPodSelector,
+		CNINamespace:               defaultCNINamespace,
+		CNIPodSelector:             defaultCNIPodSelector,
 		StartupTaintKey:            annotations.TaintCNINotReady,
 		StartupTaintEffect:         corev1.TaintEffectNoSchedule,
 	}

@@ -87,8 +87,8 @@ type podState struct {
 	blocked     bool
 }
 
-// NewController wires the repair controller to the shared informers.
-func NewController(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
+// newController wires the repair controller to the shared informers.
+func newController(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -101,8 +101,8 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		nodes:    corelisters.NewNodeLister(inf.Nodes.GetIndexer()),
 		recorder: recorder,
 		metrics:  metrics,
-		limiter:  NewLimiter(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
-		breaker:  NewBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
+		limiter:  newLimiter(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
+		breaker:  newBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods", MetricsProvider: metrics.Workqueue}),
@@ -118,7 +118,7 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 	if cfg.Gate == GateCNIPod && cniIndex == nil {
 		return nil, errors.New("cni-pod gate needs the CNI pod informer")
 	}
-	c.gate = NewGate(cfg.Gate, c.nodes, cniIndex, time.Now())
+	c.gate = newGate(cfg.Gate, c.nodes, cniIndex, time.Now())
 	metrics.initCounters(cfg)
 	dryRunLabels := false
 	if g, ok := c.gate.(*nodeLabelGate); ok && cfg.DryRun && cfg.NodeReadiness && cniIndex != nil {
@@ -145,7 +145,7 @@ func NewController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		UpdateFunc: func(old, obj interface{}) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := obj.(*corev1.Node)
-			if ok1 && ok2 && NodeLabelledReady(o) != NodeLabelledReady(n) {
+			if ok1 && ok2 && nodeLabelledReady(o) != nodeLabelledReady(n) {
 				c.nodeChanged(n, false)
 			}
 		},
@@ -242,7 +242,7 @@ func (c *Controller) enqueuePod(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	if p, ok := obj.(*corev1.Pod); ok && annotations.IsRepairCandidate(p.Labels, p.Annotations) {
+	if p, ok := obj.(*corev1.Pod); ok && annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 		c.metrics.knowNamespace(p.Namespace)
 	}
 	c.queue.Add(key)
@@ -262,7 +262,7 @@ func (c *Controller) podDeleted(obj interface{}) {
 // enqueueNode requeues every injected pod on node (the gate or the breaker
 // may have changed there).
 func (c *Controller) enqueueNode(node string) {
-	objs, err := c.podIndex.ByIndex(IndexByNode, node)
+	objs, err := c.podIndex.ByIndex(indexByNode, node)
 	if err != nil {
 		return
 	}
@@ -338,7 +338,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.skip(st, SkipAlreadyActed)
 		return nil
 	}
-	if ControllerOf(pod) == nil && !c.cfg.AllowBarePods {
+	if controllerOf(pod) == nil && !c.cfg.AllowBarePods {
 		if c.skip(st, SkipBarePod) {
 			logger.Info("Broken bare pod left alone: nothing would recreate it", "detail", v.Detail)
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBarePodNotRepaired,
@@ -417,7 +417,7 @@ func (c *Controller) skip(st *podState, reason string) bool {
 // breakerOpen counts the injected pods on node whose sandbox was created
 // after the node's CNI became ready and updates the breaker.
 func (c *Controller) breakerOpen(ctx context.Context, node string, since, now time.Time) bool {
-	objs, err := c.podIndex.ByIndex(IndexByNode, node)
+	objs, err := c.podIndex.ByIndex(indexByNode, node)
 	if err != nil {
 		return true
 	}
@@ -428,7 +428,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		if !ok || !c.countedByBreaker(p) {
 			continue
 		}
-		t, ok := SandboxTime(p)
+		t, ok := sandboxTime(p)
 		if !ok || t.Before(since) {
 			continue
 		}
@@ -471,16 +471,16 @@ func (c *Controller) recheckBreakers(ctx context.Context) {
 }
 
 // countedByBreaker: the pods a node's breaker judges are those a signal can
-// judge (Examinable), except finished ones.
+// judge (examinable), except finished ones.
 func (c *Controller) countedByBreaker(p *corev1.Pod) bool {
-	ok, _ := Examinable(p)
+	ok, _ := examinable(p)
 	return ok && !c.detector.Finished(p)
 }
 
 // act performs the configured action (or its dry run) once.
 func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Pod, v Verdict, st *podState) error {
 	action := string(c.cfg.Action)
-	owner := ControllerOf(pod)
+	owner := controllerOf(pod)
 	ownerDesc := "no owner"
 	if owner != nil {
 		ownerDesc = owner.Kind + "/" + owner.Name
@@ -502,7 +502,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	switch {
 	case err == nil:
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), DryRunFalse).Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), dryRunFalse).Inc()
 		c.metrics.Latency.WithLabelValues(action).Observe(c.now().Sub(st.firstBroken).Seconds())
 		logger.Info("Repaired pod that bypassed the CNI plugin", "action", action, "owner", ownerDesc, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBypassedCNI, "%s: pod runs outside the mesh (%s); %s",
@@ -516,7 +516,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		logger.V(2).Info("Pod changed before the action; re-examining", "err", err)
 		return nil
 	case c.cfg.Action == ActionEvict && apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultPDBBlocked, string(v.Reason), DryRunFalse).Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultPDBBlocked, string(v.Reason), dryRunFalse).Inc()
 		c.mu.Lock()
 		first := !st.blocked
 		st.blocked = true
@@ -527,7 +527,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		}
 		return &retryError{msg: "eviction blocked by a PodDisruptionBudget"}
 	default:
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultFailure, string(v.Reason), DryRunFalse).Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultFailure, string(v.Reason), dryRunFalse).Inc()
 		return fmt.Errorf("%s pod %s/%s: %w", action, pod.Namespace, pod.Name, err)
 	}
 }
@@ -563,7 +563,7 @@ func (c *Controller) do(ctx context.Context, pod *corev1.Pod) error {
 	case ActionDelete:
 		return c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
 	case ActionLabel:
-		patch, err := LabelPatch(pod)
+		patch, err := labelPatch(pod)
 		if err != nil {
 			return err
 		}
@@ -582,12 +582,12 @@ func (c *Controller) do(ctx context.Context, pod *corev1.Pod) error {
 	}
 }
 
-// LabelPatch is the merge patch of the label action. It adds our label to
+// labelPatch is the merge patch of the label action. It adds our label to
 // whatever labels the pod has (the cache holds only ours, so it cannot tell
 // which exist); the UID and resourceVersion in it are preconditions: the API
 // server refuses the patch when the pod was replaced or changed since it
 // was judged.
-func LabelPatch(pod *corev1.Pod) ([]byte, error) {
+func labelPatch(pod *corev1.Pod) ([]byte, error) {
 	return json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":             pod.UID,
 		"resourceVersion": pod.ResourceVersion,
@@ -603,7 +603,7 @@ func (c *Controller) brokenCounts() map[string]map[Reason]int {
 	now := c.now()
 	for _, o := range c.podIndex.List() {
 		p, ok := o.(*corev1.Pod)
-		if !ok || !annotations.IsRepairCandidate(p.Labels, p.Annotations) {
+		if !ok || !annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 			continue
 		}
 		counts := out[p.Namespace]
@@ -625,7 +625,7 @@ func (c *Controller) nodeCounts() (ready, notReady int) {
 		return 0, 0
 	}
 	for _, n := range nodes {
-		open := NodeLabelledReady(n)
+		open := nodeLabelledReady(n)
 		if c.cfg.Gate == GateCNIPod {
 			open, _ = c.gate.Open(n.Name)
 		}

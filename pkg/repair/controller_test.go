@@ -36,19 +36,19 @@ type harness struct {
 
 func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *harness {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.MaxRepairsPerMinute = 6000
 	cfg.MaxRepairsPerNodePerMinute = 6000
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	client := fake.NewClientset(objs...)
-	inf, err := NewInformers(client, cfg)
+	inf, err := newInformers(client, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(100), metrics: NewMetrics(), now: t0}
-	h.c, err = NewController(cfg, client, inf, h.recorder, h.metrics)
+	h := &harness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(100), metrics: newMetrics(), now: t0}
+	h.c, err = newController(cfg, client, inf, h.recorder, h.metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func (h *harness) addPod(p *corev1.Pod) string {
 	if _, err := h.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	s, _ := SlimInjectedPod(p.DeepCopy())
+	s, _ := slimDefault(p.DeepCopy())
 	if err := h.inf.Pods.GetIndexer().Add(s); err != nil {
 		h.t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func (h *harness) addPod(p *corev1.Pod) string {
 
 func (h *harness) addNode(n *corev1.Node) {
 	h.t.Helper()
-	s, _ := SlimNode(n.DeepCopy())
+	s, _ := slimNode(n.DeepCopy())
 	if err := h.inf.Nodes.GetIndexer().Add(s); err != nil {
 		h.t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func cniPod(node string, ready bool, since time.Duration) *corev1.Pod {
 		st = corev1.ConditionTrue
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni-" + node, Namespace: DefaultCNINamespace, UID: types.UID("cni-uid-" + node),
+		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni-" + node, Namespace: defaultCNINamespace, UID: types.UID("cni-uid-" + node),
 			Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
 		Spec:   corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: at(since)}}},
@@ -400,7 +400,7 @@ func TestGate(t *testing.T) {
 				h.addNode(tc.node)
 			}
 			if tc.cni != nil {
-				s, _ := SlimCNIPod(tc.cni)
+				s, _ := slimCNIPod(tc.cni)
 				if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 					t.Fatal(err)
 				}
@@ -540,7 +540,7 @@ func TestControllerRateLimit(t *testing.T) {
 }
 
 func TestLimiter(t *testing.T) {
-	l := NewLimiter(60, 10) // global burst 6, per-node burst 1
+	l := newLimiter(60, 10) // global burst 6, per-node burst 1
 	now := t0
 	for i := 0; i < 6; i++ {
 		if ok, _ := l.Take("n"+string(rune('a'+i)), now); !ok {
@@ -568,7 +568,7 @@ func TestLimiter(t *testing.T) {
 }
 
 func TestBreaker(t *testing.T) {
-	b := NewBreaker(0.5, 3)
+	b := newBreaker(0.5, 3)
 	for _, tc := range []struct {
 		broken, total int
 		open          bool
@@ -594,7 +594,7 @@ func TestControllerBreaker(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	h.addNode(node)
-	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute)) // CNI ready since t0-1m
+	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute)) // CNI ready since t0-1m
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +647,7 @@ func TestControllerBreaker(t *testing.T) {
 	}
 	// The CNI pod restarts with a fixed configuration: its readiness is
 	// newer than those pods, the breaker closes and they are repaired.
-	s, _ = SlimCNIPod(cniPod("n1", true, -time.Second))
+	s, _ = slimCNIPod(cniPod("n1", true, -time.Second))
 	if err := h.inf.CNIPods.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}
@@ -669,7 +669,7 @@ func TestControllerBreaker(t *testing.T) {
 func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -724,7 +724,7 @@ func TestForgetGonePods(t *testing.T) {
 	}
 	replacement := gone.DeepCopy()
 	replacement.UID = "uid-replacement"
-	s, _ := SlimInjectedPod(replacement)
+	s, _ := slimDefault(replacement)
 	if err := h.inf.Pods.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}
@@ -806,7 +806,7 @@ func TestConfigValidate(t *testing.T) {
 		"backoff order": func(c *Config) { c.BackoffMax = time.Millisecond },
 		"sandbox slack": func(c *Config) { c.SandboxSlack = 500 * time.Millisecond },
 	} {
-		c := DefaultConfig()
+		c := defaultConfig()
 		mut(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -814,7 +814,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: error does not name the flag: %v", name, err)
 		}
 	}
-	c := DefaultConfig()
+	c := defaultConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
@@ -826,7 +826,7 @@ func TestConfigValidate(t *testing.T) {
 func TestBreakerCountsLatestSandboxes(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -857,7 +857,7 @@ func TestFinishedPodsAreNeverBroken(t *testing.T) {
 		c.AllowBarePods = true
 	})
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -979,7 +979,7 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.DryRun = true })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
-	s, _ := SlimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}

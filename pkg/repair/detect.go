@@ -66,14 +66,14 @@ type Verdict struct {
 	Ignored string
 }
 
-// Examinable reports whether the pod is one that can ever be broken: a repair
+// examinable reports whether the pod is one that can ever be broken: a repair
 // candidate that is not being deleted, not a mirror/static pod, not on the
 // host network, not Succeeded, and whose status is one a signal judges
 // (enabled/waiting: signals A and B; complete: signal C). A Failed pod is
 // examinable here; Detect judges it by signal B only. The string says why
 // not.
-func Examinable(pod *corev1.Pod) (bool, string) {
-	if !annotations.IsRepairCandidate(pod.Labels, pod.Annotations) {
+func examinable(pod *corev1.Pod) (bool, string) {
+	if !annotations.UsesTransparentProxy(pod.Labels, pod.Annotations) {
 		if !annotations.IsInjected(pod.Labels, pod.Annotations) {
 			return false, "not injected"
 		}
@@ -82,7 +82,7 @@ func Examinable(pod *corev1.Pod) (bool, string) {
 	if pod.DeletionTimestamp != nil {
 		return false, "being deleted"
 	}
-	if IsMirrorPod(pod) {
+	if isMirrorPod(pod) {
 		return false, "mirror pod"
 	}
 	if pod.Spec.HostNetwork {
@@ -102,8 +102,8 @@ func Examinable(pod *corev1.Pod) (bool, string) {
 	return false, fmt.Sprintf("transparent-proxy-status %q", status)
 }
 
-// IsMirrorPod reports whether pod is the mirror of a static pod.
-func IsMirrorPod(pod *corev1.Pod) bool {
+// isMirrorPod reports whether pod is the mirror of a static pod.
+func isMirrorPod(pod *corev1.Pod) bool {
 	if _, ok := pod.Annotations[annotations.KeyConfigMirror]; ok {
 		return true
 	}
@@ -120,7 +120,7 @@ func IsMirrorPod(pod *corev1.Pod) bool {
 // broken only by signal B: it failed for another reason (an eviction by the
 // kubelet, its own containers), runs nothing and its owner replaces it.
 func (d Detector) Detect(pod *corev1.Pod, now time.Time) Verdict {
-	if ok, why := Examinable(pod); !ok {
+	if ok, why := examinable(pod); !ok {
 		return Verdict{Ignored: why}
 	}
 	status, _ := annotations.TProxyStatus(pod.Annotations)
@@ -153,9 +153,9 @@ func (d Detector) Finished(pod *corev1.Pod) bool {
 	return false
 }
 
-// MatchesInitContainer reports whether a container name is one of names or
+// matchesInitContainer reports whether a container name is one of names or
 // one of names followed by "-<service>" (consul-k8s multi-port pods).
-func MatchesInitContainer(name string, names []string) bool {
+func matchesInitContainer(name string, names []string) bool {
 	for _, n := range names {
 		if name == n {
 			return true
@@ -174,7 +174,7 @@ func MatchesInitContainer(name string, names []string) bool {
 func (d Detector) signalB(pod *corev1.Pod, now time.Time) (Verdict, bool) {
 	for i := range pod.Status.InitContainerStatuses {
 		cs := &pod.Status.InitContainerStatuses[i]
-		if !MatchesInitContainer(cs.Name, d.InitContainerNames) {
+		if !matchesInitContainer(cs.Name, d.InitContainerNames) {
 			continue
 		}
 		var term *corev1.ContainerStateTerminated
@@ -206,7 +206,7 @@ func (d Detector) signalB(pod *corev1.Pod, now time.Time) (Verdict, bool) {
 // signalA: the status is still enabled/waiting although the latest sandbox
 // exists, for at least MinPodAge.
 func (d Detector) signalA(pod *corev1.Pod, now time.Time) Verdict {
-	sandbox, ok := SandboxTime(pod)
+	sandbox, ok := sandboxTime(pod)
 	if !ok {
 		return Verdict{Ignored: "no sandbox yet"}
 	}
@@ -273,7 +273,7 @@ func readyToStartSince(pod *corev1.Pod) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// SandboxTime returns when the pod's latest sandbox was created, as far as
+// sandboxTime returns when the pod's latest sandbox was created, as far as
 // the API shows it, and whether it exists at all. When the kubelet reports
 // the PodReadyToStartContainers condition (Kubernetes 1.29 and later), the
 // condition alone decides: True dates the latest sandbox by its last
@@ -282,7 +282,7 @@ func readyToStartSince(pod *corev1.Pod) (time.Time, bool) {
 // Without the condition: a pod IP or any started container says a sandbox
 // exists, dated by the earliest container start, else the pod's start time,
 // else its creation time.
-func SandboxTime(pod *corev1.Pod) (time.Time, bool) {
+func sandboxTime(pod *corev1.Pod) (time.Time, bool) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReadyToStartContainers {
 			return readyToStartSince(pod)
@@ -333,9 +333,9 @@ func SandboxTime(pod *corev1.Pod) (time.Time, bool) {
 	return t, true
 }
 
-// ControllerOf returns the controlling owner reference of pod, or nil for a
+// controllerOf returns the controlling owner reference of pod, or nil for a
 // bare pod (nothing would recreate it).
-func ControllerOf(pod *corev1.Pod) *metav1.OwnerReference {
+func controllerOf(pod *corev1.Pod) *metav1.OwnerReference {
 	for i := range pod.OwnerReferences {
 		ref := &pod.OwnerReferences[i]
 		if ref.Controller != nil && *ref.Controller {

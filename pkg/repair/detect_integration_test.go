@@ -20,6 +20,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 )
 
 // cniPodOn creates a CNI DaemonSet-like pod on node in ns and, when ready,
@@ -76,7 +77,7 @@ func TestIntegrationDryRunNodeReadinessMutatesNothing(t *testing.T) {
 		m.DryRun, m.NodeReadiness, m.ReaddStartupTaint = true, true, true
 	}, writes.wrap)
 	for node, reason := range map[string]string{wouldReady: repair.EventWouldMarkCNIReady, wouldNotReady: repair.EventWouldMarkCNINotReady} {
-		eventually(t, reason+" event on "+node, func() (bool, error) {
+		poll.Eventually(t, waitTimeout, reason+" event on "+node, func() (bool, error) {
 			evs := nodeEvents(t, c.Client, node, reason)
 			return len(evs) == 1 && evs[0].Type == corev1.EventTypeNormal, nil
 		})
@@ -165,7 +166,7 @@ func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 	cniPodOn(t, c, ns, node, true)
 	first := startController(t, c, ns, func(m *repair.ManagerConfig) { m.NodeReadiness = true; m.Identity = "first" })
 	var since string
-	eventually(t, "node labelled ready with its ready-since annotation", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "node labelled ready with its ready-since annotation", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		since = n.Annotations[annotations.AnnotationCNIReadySince]
 		return err == nil && n.Labels[annotations.LabelCNIReady] == annotations.LabelCNIReadyValue && since != "", err
@@ -187,7 +188,7 @@ func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 		m.Identity = "second"
 		m.BreakerMinPods = 3
 	})
-	eventually(t, "breaker open after the restart", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "breaker open after the restart", func() (bool, error) {
 		return len(nodeEvents(t, c.Client, node, repair.EventRepairCircuitOpen)) == 1, nil
 	})
 	if got := testutil.ToFloat64(second.m.Metrics.BreakerOpenNodes); got != 1 {

@@ -12,8 +12,8 @@ import (
 )
 
 func TestDetectMatrix(t *testing.T) {
-	d := Detector{InitContainerNames: DefaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second, SandboxSlack: DefaultSandboxSlack}
-	slack := DefaultSandboxSlack
+	d := Detector{InitContainerNames: defaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second, SandboxSlack: defaultSandboxSlack}
+	slack := defaultSandboxSlack
 	now := t0
 	yes := true
 	// A check init container that failed 5 s ago, its sandbox 10 s old:
@@ -139,7 +139,7 @@ func TestDetectMatrix(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Detection must give the same answer on the slimmed object
 			// the informer caches.
-			slim, _ := SlimInjectedPod(tc.pod)
+			slim, _ := slimDefault(tc.pod)
 			d := d
 			if tc.code != 0 {
 				d.InitExitCode = tc.code
@@ -182,7 +182,7 @@ func TestMatchesInitContainer(t *testing.T) {
 		"":                                false,
 		"consul-connect-inject-init-a-b2": true,
 	} {
-		if got := MatchesInitContainer(name, names); got != want {
+		if got := matchesInitContainer(name, names); got != want {
 			t.Errorf("%q: got %v want %v", name, got, want)
 		}
 	}
@@ -202,7 +202,7 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 88, Message: "not redirected", StartedAt: at(-time.Minute), FinishedAt: at(-time.Minute)}}},
 	}
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "x"})
-	o, err := SlimInjectedPod(p)
+	o, err := slimDefault(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,17 +224,17 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 	if len(s.Status.Conditions) != 1 || s.Status.Conditions[0].Type != corev1.PodReadyToStartContainers {
 		t.Errorf("conditions: %+v", s.Status.Conditions)
 	}
-	if st, _ := SandboxTime(s); !st.Equal(t0.Add(-time.Hour)) {
+	if st, _ := sandboxTime(s); !st.Equal(t0.Add(-time.Hour)) {
 		t.Errorf("sandbox time on the slim pod: %s", st)
 	}
-	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || ControllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
+	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || controllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
 		t.Errorf("lost data the controller reads: %+v", s)
 	}
 	if p.ManagedFields == nil || p.Spec.Containers == nil {
 		t.Error("the input object was modified")
 	}
 	// Tombstones pass through.
-	if o, _ := SlimInjectedPod("x"); o != "x" {
+	if o, _ := slimDefault("x"); o != "x" {
 		t.Error("non-pod not passed through")
 	}
 }
@@ -242,14 +242,14 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 func ptrTime(t metav1.Time) *metav1.Time { return &t }
 
 func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
-	a, _ := SlimInjectedPod(mkPod())
-	b, _ := SlimInjectedPod(mkPod())
+	a, _ := slimDefault(mkPod())
+	b, _ := slimDefault(mkPod())
 	pa, pb := a.(*corev1.Pod), b.(*corev1.Pod)
 	if reflect.ValueOf(pa.Annotations).UnsafePointer() != reflect.ValueOf(pb.Annotations).UnsafePointer() ||
 		reflect.ValueOf(pa.Labels).UnsafePointer() != reflect.ValueOf(pb.Labels).UnsafePointer() {
 		t.Error("identical markers are not shared")
 	}
-	c, _ := SlimInjectedPod(mkPod(withStatus("complete")))
+	c, _ := slimDefault(mkPod(withStatus("complete")))
 	if pc := c.(*corev1.Pod); pc.Annotations[annotations.KeyTransparentProxyStatus] != "complete" || pa.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
 		t.Error("different markers were shared")
 	}
@@ -259,8 +259,8 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 	before := len(interned.m)
 	interned.mu.Unlock()
 	for i := 0; i < 3*maxInterned; i++ {
-		_, _ = SlimInjectedPod(mkPod(withAnnotation(annotations.KeyConfigMirror, time.Duration(i).String())))
-		_, _ = SlimInjectedPod(mkPod(withStatus("complete"), appliedAt(time.Duration(i)*time.Second)))
+		_, _ = slimDefault(mkPod(withAnnotation(annotations.KeyConfigMirror, time.Duration(i).String())))
+		_, _ = slimDefault(mkPod(withStatus("complete"), appliedAt(time.Duration(i)*time.Second)))
 	}
 	interned.mu.Lock()
 	n := len(interned.m)
@@ -268,9 +268,15 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 	if n > maxInterned || n != before {
 		t.Fatalf("intern table has %d entries, %d before the unique values", n, before)
 	}
-	d, _ := SlimInjectedPod(mkPod(withStatus("waiting")))
-	e, _ := SlimInjectedPod(mkPod(withStatus("waiting")))
+	d, _ := slimDefault(mkPod(withStatus("waiting")))
+	e, _ := slimDefault(mkPod(withStatus("waiting")))
 	if reflect.ValueOf(d.(*corev1.Pod).Annotations).UnsafePointer() != reflect.ValueOf(e.(*corev1.Pod).Annotations).UnsafePointer() {
 		t.Error("a common marker set seen after unique ones is not shared")
 	}
+}
+
+// slimDefault is the injected-pod transform with the default init container
+// names.
+func slimDefault(obj interface{}) (interface{}, error) {
+	return slimInjectedPod(obj, defaultInitContainerNames)
 }

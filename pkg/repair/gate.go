@@ -11,12 +11,12 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 )
 
-// IndexByNode indexes pods by spec.nodeName.
-const IndexByNode = "byNode"
+// indexByNode indexes pods by spec.nodeName.
+const indexByNode = "byNode"
 
-// PodNodeIndexer indexes pods by spec.nodeName.
-func PodNodeIndexer() cache.Indexers {
-	return cache.Indexers{IndexByNode: func(obj interface{}) ([]string, error) {
+// podNodeIndexer indexes pods by spec.nodeName.
+func podNodeIndexer() cache.Indexers {
+	return cache.Indexers{indexByNode: func(obj interface{}) ([]string, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok || pod.Spec.NodeName == "" {
 			return nil, nil
@@ -34,10 +34,10 @@ type Gate interface {
 	Mode() GateMode
 }
 
-// NewGate builds the gate of mode. nodes is needed for node-label, cniPods
-// (indexed with PodNodeIndexer) for cni-pod; start is used as the "since" of
+// newGate builds the gate of mode. nodes is needed for node-label, cniPods
+// (indexed with podNodeIndexer) for cni-pod; start is used as the "since" of
 // nodes whose readiness predates what the gate can date.
-func NewGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer, start time.Time) Gate {
+func newGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer, start time.Time) Gate {
 	switch mode {
 	case GateCNIPod:
 		return &cniPodGate{pods: cniPods}
@@ -86,11 +86,11 @@ func (g *nodeLabelGate) Open(name string) (bool, time.Time) {
 func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !NodeLabelledReady(node) {
+	if !nodeLabelledReady(node) {
 		delete(g.since, node.Name)
 		return false, time.Time{}
 	}
-	if t, ok := NodeReadySince(node); ok {
+	if t, ok := nodeReadySince(node); ok {
 		if now := g.now(); t.After(now) {
 			t = now // another node's clock: never in the future
 		}
@@ -114,9 +114,9 @@ func (g *nodeLabelGate) Forget(name string) {
 	g.mu.Unlock()
 }
 
-// NodeReadySince returns the node's cni-ready-since annotation, when it
+// nodeReadySince returns the node's cni-ready-since annotation, when it
 // holds a valid time.
-func NodeReadySince(node *corev1.Node) (time.Time, bool) {
+func nodeReadySince(node *corev1.Node) (time.Time, bool) {
 	v, ok := node.Annotations[annotations.AnnotationCNIReadySince]
 	if !ok {
 		return time.Time{}, false
@@ -125,8 +125,8 @@ func NodeReadySince(node *corev1.Node) (time.Time, bool) {
 	return t, err == nil
 }
 
-// NodeLabelledReady reports whether node carries the CNI readiness label.
-func NodeLabelledReady(node *corev1.Node) bool {
+// nodeLabelledReady reports whether node carries the CNI readiness label.
+func nodeLabelledReady(node *corev1.Node) bool {
 	return node.Labels[annotations.LabelCNIReady] == annotations.LabelCNIReadyValue
 }
 
@@ -137,33 +137,33 @@ type cniPodGate struct{ pods cache.Indexer }
 func (g *cniPodGate) Mode() GateMode { return GateCNIPod }
 
 func (g *cniPodGate) Open(node string) (bool, time.Time) {
-	pod := ReadyCNIPod(g.pods, node)
+	pod := readyCNIPod(g.pods, node)
 	if pod == nil {
 		return false, time.Time{}
 	}
 	return true, readySince(pod)
 }
 
-// ReadyCNIPod returns a Ready, not terminating CNI pod on node, or nil.
-func ReadyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
-	objs, err := pods.ByIndex(IndexByNode, node)
+// readyCNIPod returns a Ready, not terminating CNI pod on node, or nil.
+func readyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(indexByNode, node)
 	if err != nil {
 		return nil
 	}
 	for _, o := range objs {
 		pod, ok := o.(*corev1.Pod)
-		if ok && PodReady(pod) && !uninstalling(pod) {
+		if ok && podReady(pod) && !uninstalling(pod) {
 			return pod
 		}
 	}
 	return nil
 }
 
-// UninstallingCNIPod returns a CNI pod on node that runs the installer in
+// uninstallingCNIPod returns a CNI pod on node that runs the installer in
 // uninstall mode (label annotations.LabelInstallerMode), nil when there is
 // none. Such a pod is never a ready CNI pod, whatever its readiness.
-func UninstallingCNIPod(pods cache.Indexer, node string) *corev1.Pod {
-	objs, err := pods.ByIndex(IndexByNode, node)
+func uninstallingCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(indexByNode, node)
 	if err != nil {
 		return nil
 	}
@@ -180,8 +180,8 @@ func uninstalling(pod *corev1.Pod) bool {
 	return pod.Labels[annotations.LabelInstallerMode] == annotations.InstallerModeUninstall
 }
 
-// PodReady reports whether pod is Ready, running and not being deleted.
-func PodReady(pod *corev1.Pod) bool {
+// podReady reports whether pod is Ready, running and not being deleted.
+func podReady(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 		return false
 	}

@@ -29,7 +29,7 @@ type Informers struct {
 	// selector cfg.InjectedPodSelector), slimmed by SlimInjectedPod and
 	// indexed by node.
 	Pods cache.SharedIndexInformer
-	// Nodes are every node, slimmed by SlimNode.
+	// Nodes are every node, slimmed by slimNode.
 	Nodes cache.SharedIndexInformer
 	// CNIPods are the CNI DaemonSet's pods (cfg.CNINamespace,
 	// cfg.CNIPodSelector), indexed by node; nil when neither node
@@ -40,13 +40,13 @@ type Informers struct {
 // cniPodKey is the factory key of the CNI pod informer.
 type cniPodKey struct{ corev1.Pod }
 
-// NewInformers creates the informers cfg needs. Start them with
+// newInformers creates the informers cfg needs. Start them with
 // Factory.Start.
-func NewInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
+func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 	f := informers.NewSharedInformerFactory(client, cfg.Resync)
 	inf := &Informers{Factory: f}
 
-	slim := SlimInjectedPodFor(cfg.InitContainerNames)
+	slim := slimInjectedPodFor(cfg.InitContainerNames)
 	inf.Pods = f.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		sel := func(o *metav1.ListOptions) { o.LabelSelector = cfg.InjectedPodSelector }
 		lw := &cache.ListWatch{
@@ -63,7 +63,7 @@ func NewInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			},
 			DisableChunking: true,
 		}
-		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, PodNodeIndexer())
+		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, podNodeIndexer())
 		_ = i.SetTransform(slim)
 		return i
 	})
@@ -73,7 +73,7 @@ func NewInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 				return listSlim(ctx, o, func(ctx context.Context, o metav1.ListOptions) (*corev1.NodeList, error) {
 					return c.CoreV1().Nodes().List(ctx, o)
 				}, func(l *corev1.NodeList) (int, string, string) { return len(l.Items), l.ResourceVersion, l.Continue },
-					func(l *corev1.NodeList, i int) *corev1.Node { return &l.Items[i] }, SlimNode)
+					func(l *corev1.NodeList, i int) *corev1.Node { return &l.Items[i] }, slimNode)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return c.CoreV1().Nodes().Watch(ctx, o)
@@ -81,15 +81,15 @@ func NewInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			DisableChunking: true,
 		}
 		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Node{}, resync, cache.Indexers{})
-		_ = i.SetTransform(SlimNode)
+		_ = i.SetTransform(slimNode)
 		return i
 	})
 	if cfg.NodeReadiness || cfg.Gate == GateCNIPod {
 		inf.CNIPods = f.InformerFor(&cniPodKey{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			i := coreinformers.NewFilteredPodInformer(c, cfg.CNINamespace, resync, PodNodeIndexer(), func(o *metav1.ListOptions) {
+			i := coreinformers.NewFilteredPodInformer(c, cfg.CNINamespace, resync, podNodeIndexer(), func(o *metav1.ListOptions) {
 				o.LabelSelector = cfg.CNIPodSelector
 			})
-			_ = i.SetTransform(SlimCNIPod)
+			_ = i.SetTransform(slimCNIPod)
 			return i
 		})
 	}

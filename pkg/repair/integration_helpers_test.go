@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +31,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
 
 // TestMain registers klog's flags (go test ... -args -v=4) and runs the
@@ -43,32 +44,8 @@ func TestMain(m *testing.M) {
 
 const waitTimeout = 2 * time.Minute
 
-func eventually(t testing.TB, what string, f func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var last error
-	for {
-		ok, err := f()
-		if ok {
-			return
-		}
-		if err != nil {
-			last = err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", waitTimeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 // manifestsDir is the kustomize tree the project ships.
-func manifestsDir() string { return filepath.Join(repoRoot(), "manifests") }
+func manifestsDir() string { return filepath.Join(testbin.RepoRoot(), "manifests") }
 
 // rbacDocs returns the controller's RBAC exactly as manifests/base ships it:
 // controller/rbac.yaml (ServiceAccount, read/Events/nodes ClusterRole, lease
@@ -278,7 +255,7 @@ func startControllerWrapped(t testing.TB, c *cluster.Cluster, ns string, mutate 
 	r := &running{m: m, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- m.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
-	eventually(t, "controller caches synced", func() (bool, error) { return m.Informers.HasSynced(), nil })
+	poll.Eventually(t, waitTimeout, "controller caches synced", func() (bool, error) { return m.Informers.HasSynced(), nil })
 	return r
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 )
 
 // replicaSet creates a ReplicaSet of injected pods bound to node and waits
@@ -38,7 +39,7 @@ func replicaSet(t *testing.T, c *cluster.Cluster, ns, app, node string, replicas
 		t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	eventually(t, "ReplicaSet pods", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "ReplicaSet pods", func() (bool, error) {
 		pods = podsOf(t, c.Client, ns, app)
 		return len(pods) == int(replicas), nil
 	})
@@ -49,7 +50,7 @@ func replicaSet(t *testing.T, c *cluster.Cluster, ns, app, node string, replicas
 // replicas live pods again, none of them the old one.
 func replaced(t *testing.T, client kubernetes.Interface, ns, app string, old types.UID, replicas int) {
 	t.Helper()
-	eventually(t, "pod "+string(old)+" replaced by kube-controller-manager", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "pod "+string(old)+" replaced by kube-controller-manager", func() (bool, error) {
 		live := 0
 		for _, p := range podsOf(t, client, ns, app) {
 			if p.UID == old {
@@ -88,7 +89,7 @@ func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
 	}
 	for _, p := range pods[:2] {
 		replaced(t, c.Client, ns, "web", p.UID, 3)
-		eventually(t, "BypassedCNI event", func() (bool, error) {
+		poll.Eventually(t, waitTimeout, "BypassedCNI event", func() (bool, error) {
 			return len(events(t, c.Client, ns, p.UID, repair.EventBypassedCNI)) == 1, nil
 		})
 	}
@@ -131,13 +132,13 @@ func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 	for _, p := range pods {
 		markRunningReady(t, c.Client, &p)
 	}
-	eventually(t, "disruption controller to count 2 healthy pods", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "disruption controller to count 2 healthy pods", func() (bool, error) {
 		p, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "db", metav1.GetOptions{})
 		return err == nil && p.Status.CurrentHealthy == 2 && p.Status.ObservedGeneration == p.Generation, err
 	})
 	r := startController(t, c, ns, nil)
 
-	eventually(t, "eviction blocked by the PDB", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "eviction blocked by the PDB", func() (bool, error) {
 		return repairedTotal(r.m, ns, "evict", repair.ResultPDBBlocked, repair.ReasonTProxyStatusStuck, "false") >= 2, nil
 	})
 	if len(events(t, c.Client, ns, pods[0].UID, repair.EventEvictionBlocked)) == 0 {
@@ -177,7 +178,7 @@ func TestIntegrationBarePodUntouched(t *testing.T) {
 	}
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.Action = repair.ActionDelete })
 	pod = markBroken(t, c.Client, pod)
-	eventually(t, "BarePodNotRepaired event", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "BarePodNotRepaired event", func() (bool, error) {
 		return len(events(t, c.Client, ns, pod.UID, repair.EventBarePodNotRepaired)) == 1, nil
 	})
 	got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), "bare", metav1.GetOptions{})
@@ -232,7 +233,7 @@ func TestIntegrationLabelPatchPreconditions(t *testing.T) {
 	if err := pods.Delete(ctx, "lbl", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pod to be gone", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "the pod to be gone", func() (bool, error) {
 		_, err := pods.Get(ctx, "lbl", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -266,7 +267,7 @@ func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 		after = append(after, markBroken(t, c.Client, &p))
 	}
 	for _, p := range after {
-		eventually(t, "WouldRepair event", func() (bool, error) {
+		poll.Eventually(t, waitTimeout, "WouldRepair event", func() (bool, error) {
 			evs := events(t, c.Client, ns, p.UID, repair.EventWouldRepair)
 			return len(evs) == 1 && evs[0].Type == corev1.EventTypeNormal, nil
 		})
@@ -297,7 +298,7 @@ func TestIntegrationGateClosedThenOpen(t *testing.T) {
 	pods := replicaSet(t, c, ns, "gated", node, 1)
 	r := startController(t, c, ns, nil)
 	p := markBroken(t, c.Client, &pods[0])
-	eventually(t, "gate_closed skip", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "gate_closed skip", func() (bool, error) {
 		return testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(repair.SkipGateClosed)) == 1, nil
 	})
 	time.Sleep(time.Second)
@@ -332,7 +333,7 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, "a leader", func() (bool, error) { return leader() != nil, nil })
+	poll.Eventually(t, waitTimeout, "a leader", func() (bool, error) { return leader() != nil, nil })
 	first := leader()
 	other := a
 	if first == a {
@@ -343,7 +344,7 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 	}
 
 	p0 := markBroken(t, c.Client, &pods[0])
-	eventually(t, "pod 0 labelled", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "pod 0 labelled", func() (bool, error) {
 		got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), p0.Name, metav1.GetOptions{})
 		return err == nil && got.Labels[annotations.LabelUninitialized] == "true", err
 	})
@@ -352,15 +353,15 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 	}
 	// Events are sent asynchronously: let the leader's reach the API before
 	// it stops (the hand-over is under test, not delivery at shutdown).
-	eventually(t, "pod 0's BypassedCNI event", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "pod 0's BypassedCNI event", func() (bool, error) {
 		return len(events(t, c.Client, ns, p0.UID, repair.EventBypassedCNI)) > 0, nil
 	})
 
 	// Graceful hand-over: the leader stops, the standby takes the lease.
 	first.stop(t)
-	eventually(t, "the standby to lead", func() (bool, error) { return testutil.ToFloat64(other.m.Metrics.Leader) == 1, nil })
+	poll.Eventually(t, waitTimeout, "the standby to lead", func() (bool, error) { return testutil.ToFloat64(other.m.Metrics.Leader) == 1, nil })
 	p1 := markBroken(t, c.Client, &pods[1])
-	eventually(t, "pod 1 labelled by the new leader", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "pod 1 labelled by the new leader", func() (bool, error) {
 		return repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false") == 1, nil
 	})
 	// Pod 0, still broken and seen by the new leader, was not acted on again.
@@ -406,18 +407,18 @@ func TestIntegrationNodeReadiness(t *testing.T) {
 		t.Fatalf("node marked ready before its CNI pod is Ready: %v %v", n.Labels, n.Spec.Taints)
 	}
 	markRunningReadyCNI(t, c.Client, cni)
-	eventually(t, "node labelled and untainted", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "node labelled and untainted", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		return err == nil && n.Labels[annotations.LabelCNIReady] == "ready" && len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == other.Key, err
 	})
-	eventually(t, "CNIReady node event", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "CNIReady node event", func() (bool, error) {
 		l, err := c.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + repair.EventCNIReady})
 		return err == nil && len(l.Items) == 1, err
 	})
 	if err := c.Client.CoreV1().Pods(ns).Delete(context.Background(), cni.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "label removed", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "label removed", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		_, has := n.Labels[annotations.LabelCNIReady]
 		return err == nil && !has, err

@@ -11,10 +11,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 )
 
-// ErrLeaseLost is returned by Run when this replica lost its lease (renewal
+// errLeaseLost is returned by Run when this replica lost its lease (renewal
 // refused or impossible for the renew deadline): the process should exit
 // and be restarted, to start again as a standby.
-var ErrLeaseLost = errors.New("leader election lost")
+var errLeaseLost = errors.New("leader election lost")
 
 // errLeadStopped is returned when the work run as leader returned on its
 // own, without shutdown or lease loss.
@@ -30,7 +30,7 @@ const healthTolerance = 20 * time.Second
 //     it to return, and only then is the lease released, so two replicas
 //     never act at once during a graceful hand-over;
 //   - lease lost: Check fails from that moment on, the function's context is
-//     canceled, Run waits for it and returns ErrLeaseLost;
+//     canceled, Run waits for it and returns errLeaseLost;
 //   - the function returns on its own: the lease is released and Run returns
 //     its error.
 //
@@ -51,7 +51,7 @@ func newElectedRunner(config leaderelection.LeaderElectionConfig) *electedRunner
 // process exits) and while the leader's renewal is overdue.
 func (e *electedRunner) Check(r *http.Request) error {
 	if e.lost.Load() {
-		return ErrLeaseLost
+		return errLeaseLost
 	}
 	return e.watchdog.Check(r)
 }
@@ -67,7 +67,7 @@ type electedState struct {
 }
 
 // Run blocks until ctx is done (nil, or lead's error), the lease is lost
-// (ErrLeaseLost) or lead returns on its own (its error).
+// (errLeaseLost) or lead returns on its own (its error).
 func (e *electedRunner) Run(ctx context.Context, lead func(context.Context) error) error {
 	// The elector outlives ctx: the lease is released only once lead
 	// has returned.
@@ -113,7 +113,7 @@ func (e *electedRunner) Run(ctx context.Context, lead func(context.Context) erro
 			return nil
 		}
 		e.lost.Store(true)
-		return ErrLeaseLost
+		return errLeaseLost
 	}
 	<-st.done
 	switch {
@@ -126,7 +126,7 @@ func (e *electedRunner) Run(ctx context.Context, lead func(context.Context) erro
 		return st.err
 	}
 	e.lost.Store(true)
-	return errors.Join(ErrLeaseLost, st.err)
+	return errors.Join(errLeaseLost, st.err)
 }
 
 // lead runs lead with a context that ends at shutdown (ctx) or with the

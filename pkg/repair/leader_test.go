@@ -182,7 +182,7 @@ func TestElectedRunnerShutdownReleasesAfterLead(t *testing.T) {
 }
 
 // A stolen lease: Check fails from the moment lead's context ends, Run
-// returns ErrLeaseLost only after lead returned, and the thief keeps it.
+// returns errLeaseLost only after lead returned, and the thief keeps it.
 func TestElectedRunnerStolenLease(t *testing.T) {
 	api := newLeaseAPI()
 	e := testRunner(api, "a")
@@ -194,8 +194,8 @@ func TestElectedRunnerStolenLease(t *testing.T) {
 	}
 	api.steal(t)
 	err := waitErr(t, done)
-	if !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("Run = %v, want ErrLeaseLost", err)
+	if !errors.Is(err, errLeaseLost) {
+		t.Fatalf("Run = %v, want errLeaseLost", err)
 	}
 	if l.checkAt == nil {
 		t.Fatal("Check was ok while the controllers stopped after the lease was lost")
@@ -217,8 +217,8 @@ func TestElectedRunnerAPIOutage(t *testing.T) {
 	done := runResult(context.Background(), e, l.run(t))
 	waitStarted(t, l)
 	api.down.Store(true)
-	if err := waitErr(t, done); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("Run = %v, want ErrLeaseLost", err)
+	if err := waitErr(t, done); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("Run = %v, want errLeaseLost", err)
 	}
 	if l.checkAt == nil || e.Check(nil) == nil {
 		t.Fatalf("Check ok after the lease was lost: %v / %v", l.checkAt, e.Check(nil))
@@ -231,7 +231,7 @@ func TestElectedRunnerLeadFails(t *testing.T) {
 	e := testRunner(api, "a")
 	boom := errors.New("caches did not sync")
 	done := runResult(context.Background(), e, func(context.Context) error { return boom })
-	if err := waitErr(t, done); !errors.Is(err, boom) || errors.Is(err, ErrLeaseLost) {
+	if err := waitErr(t, done); !errors.Is(err, boom) || errors.Is(err, errLeaseLost) {
 		t.Fatalf("Run = %v, want only %v", err, boom)
 	}
 	if h := api.holder(t); h != "" {

@@ -23,6 +23,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
@@ -118,7 +119,7 @@ func (r *replica) start(t testing.TB) {
 			t.Logf("--- %s log:\n%s", r.name, tail(string(b), 40))
 		}
 	})
-	eventually(t, r.name+" /readyz", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, r.name+" /readyz", func() (bool, error) {
 		if r.exited() {
 			return false, fmt.Errorf("%s exited: %v", r.name, r.p.Err())
 		}
@@ -248,7 +249,7 @@ func leaderOf(t *testing.T, rs ...*replica) (*replica, []*replica) {
 	t.Helper()
 	var leader *replica
 	var others []*replica
-	eventually(t, "exactly one leader", func() (bool, error) {
+	poll.Eventually(t, waitTimeout, "exactly one leader", func() (bool, error) {
 		leader, others = nil, nil
 		for _, r := range rs {
 			if r.leading() {
@@ -319,7 +320,7 @@ func TestIntegrationLeaseStolenEndsProcess(t *testing.T) {
 		t.Fatalf("the standby exited: %v", b.p.Err())
 	}
 
-	eventually(t, "the standby to lead", func() (bool, error) { return b.leading(), nil })
+	poll.Eventually(t, waitTimeout, "the standby to lead", func() (bool, error) { return b.leading(), nil })
 	repairsAfterTakeover(t, c, ns)
 
 	a.restart(t)
@@ -370,7 +371,7 @@ func TestIntegrationAPIOutageEndsLeaderProcess(t *testing.T) {
 	}
 	t.Logf("apiserver down for %s", time.Since(down).Round(100*time.Millisecond))
 
-	eventually(t, "the standby to lead", func() (bool, error) { return standby.leading(), nil })
+	poll.Eventually(t, waitTimeout, "the standby to lead", func() (bool, error) { return standby.leading(), nil })
 	repairsAfterTakeover(t, c, ns)
 	leader.restart(t)
 	if l, _ := leaderOf(t, a, b); l != standby || leader.status("/healthz") != http.StatusOK {

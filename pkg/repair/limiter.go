@@ -19,9 +19,9 @@ type Limiter struct {
 	nodes map[string]*rate.Limiter
 }
 
-// NewLimiter returns a limiter of perMinute actions cluster-wide and
+// newLimiter returns a limiter of perMinute actions cluster-wide and
 // perNodePerMinute on each node.
-func NewLimiter(perMinute, perNodePerMinute int) *Limiter {
+func newLimiter(perMinute, perNodePerMinute int) *Limiter {
 	return &Limiter{
 		global:  rate.NewLimiter(rate.Limit(float64(perMinute)/60), burstOf(perMinute)),
 		perNode: rate.Limit(float64(perNodePerMinute) / 60),

@@ -54,9 +54,9 @@ type ManagerConfig struct {
 // DefaultManagerConfig returns the documented defaults.
 func DefaultManagerConfig() ManagerConfig {
 	return ManagerConfig{
-		Config:          DefaultConfig(),
+		Config:          defaultConfig(),
 		LeaderElect:     true,
-		LeaseNamespace:  DefaultCNINamespace,
+		LeaseNamespace:  defaultCNINamespace,
 		LeaseName:       Component,
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,
@@ -113,19 +113,19 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 		host, _ := os.Hostname()
 		cfg.Identity = host + "_" + utilrand.String(8)
 	}
-	m := &Manager{cfg: cfg, client: client, Metrics: NewMetrics()}
-	inf, err := NewInformers(client, cfg.Config)
+	m := &Manager{cfg: cfg, client: client, Metrics: newMetrics()}
+	inf, err := newInformers(client, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
 	m.Informers = inf
 	m.broadcaster = record.NewBroadcaster()
 	recorder := m.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
-	if m.Repair, err = NewController(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
+	if m.Repair, err = newController(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
 		return nil, err
 	}
 	if cfg.NodeReadiness {
-		if m.Readiness, err = NewNodeReadiness(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
+		if m.Readiness, err = newNodeReadiness(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
 			return nil, err
 		}
 	}
@@ -176,7 +176,7 @@ func lnAddr(l net.Listener) string {
 
 // Run blocks until ctx is done (graceful shutdown: controllers stop, then
 // the lease is released, then the servers stop) or leadership is lost
-// (ErrLeaseLost: the process should exit and be restarted). Whatever ends
+// (errLeaseLost: the process should exit and be restarted). Whatever ends
 // it, every informer and controller has stopped when it returns.
 func (m *Manager) Run(ctx context.Context) error {
 	servers := m.startServers(ctx)
@@ -207,7 +207,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return m.lead(ctx)
 	}
 	err := m.elected.Run(ctx, m.lead)
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, errLeaseLost) {
 		klog.FromContext(ctx).Error(err, "Lease lost; stopping", "identity", m.cfg.Identity)
 	}
 	return err

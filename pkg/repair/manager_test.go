@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -25,17 +26,6 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // The manager serves health, readiness and metrics, leads through a Lease,
@@ -57,11 +47,11 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 	go func() { done <- m.Run(ctx) }()
 
 	health := "http://" + m.HealthAddr()
-	eventually(t, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
+	poll.Eventually(t, time.Minute, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
 	if c, b := get(t, health+"/healthz"); c != 200 {
 		t.Fatalf("healthz %d %s", c, b)
 	}
-	eventually(t, "leadership", func() bool {
+	poll.Eventually(t, time.Minute, "leadership", func() bool {
 		_, b := get(t, "http://"+m.MetricsAddr()+"/metrics")
 		return strings.Contains(b, "consul_cni_repair_leader 1")
 	})
@@ -97,7 +87,7 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 	}
 }
 
-// A lost lease ends Run with ErrLeaseLost, every informer stopped and the
+// A lost lease ends Run with errLeaseLost, every informer stopped and the
 // servers closed, so the process exits and is restarted as a standby.
 func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	baseline := runtime.NumGoroutine()
@@ -116,14 +106,14 @@ func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(context.Background()) }()
 	health := "http://" + m.HealthAddr()
-	eventually(t, "leadership", func() bool { return testutil.ToFloat64(m.Metrics.Leader) == 1 })
-	eventually(t, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
+	poll.Eventually(t, time.Minute, "leadership", func() bool { return testutil.ToFloat64(m.Metrics.Leader) == 1 })
+	poll.Eventually(t, time.Minute, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
 
 	api.steal(t)
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Fatalf("Run = %v, want ErrLeaseLost", err)
+		if !errors.Is(err, errLeaseLost) {
+			t.Fatalf("Run = %v, want errLeaseLost", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the lease was lost")
@@ -143,5 +133,5 @@ func TestManagerLostLeaseStopsEverything(t *testing.T) {
 		t.Errorf("holder = %q, want thief", h)
 	}
 	http.DefaultClient.CloseIdleConnections()
-	eventually(t, "every goroutine Run started to end", func() bool { return runtime.NumGoroutine() <= baseline })
+	poll.Eventually(t, time.Minute, "every goroutine Run started to end", func() bool { return runtime.NumGoroutine() <= baseline })
 }

@@ -32,7 +32,7 @@ const (
 	ChangeTaintAdded   = "taint_added"
 
 	DryRunTrue  = "true"
-	DryRunFalse = "false"
+	dryRunFalse = "false"
 	// ChangeReadySinceAdded: the ready-since annotation was added to a node
 	// already labelled ready (one labelled before it existed).
 	ChangeReadySinceAdded = "ready_since_added"
@@ -89,7 +89,7 @@ func DryRunLabel(dryRun bool) string {
 	if dryRun {
 		return DryRunTrue
 	}
-	return DryRunFalse
+	return dryRunFalse
 }
 
 // Metrics are the controller's metrics, all on one registry.
@@ -117,9 +117,9 @@ type Metrics struct {
 	namespaces map[string]bool
 }
 
-// NewMetrics creates and registers every metric on a new registry, together
+// newMetrics creates and registers every metric on a new registry, together
 // with the Go runtime and process collectors.
-func NewMetrics() *Metrics {
+func newMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,

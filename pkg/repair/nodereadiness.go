@@ -62,9 +62,9 @@ type NodeReadiness struct {
 	dryRun map[string]string
 }
 
-// NewNodeReadiness wires the node-readiness controller to the shared
+// newNodeReadiness wires the node-readiness controller to the shared
 // informers (inf.CNIPods must exist).
-func NewNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*NodeReadiness, error) {
+func newNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*NodeReadiness, error) {
 	if inf.CNIPods == nil {
 		return nil, errors.New("node readiness needs the CNI pod informer")
 	}
@@ -186,8 +186,8 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	cniPod := ReadyCNIPod(n.cniPods, name)
-	remover := UninstallingCNIPod(n.cniPods, name)
+	cniPod := readyCNIPod(n.cniPods, name)
+	remover := uninstallingCNIPod(n.cniPods, name)
 	var ops []jsonOp
 	var changes []string
 	switch {
@@ -223,17 +223,17 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
-	if !NodeLabelledReady(node) {
+	if !nodeLabelledReady(node) {
 		ops = append(ops, addMapEntry(node, "labels", node.Labels, annotations.LabelCNIReady, annotations.LabelCNIReadyValue)...)
 		changes = append(changes, ChangeLabelAdded)
 	}
 	// An annotation kept while the label is missing means the label was
 	// removed by someone else while the CNI stayed ready (removing
 	// readiness here removes both): the baseline stands.
-	if _, ok := NodeReadySince(node); !ok {
+	if _, ok := nodeReadySince(node); !ok {
 		since := annotations.FormatTime(n.now())
 		ops = append(ops, addMapEntry(node, "annotations", node.Annotations, annotations.AnnotationCNIReadySince, since)...)
-		if NodeLabelledReady(node) {
+		if nodeLabelledReady(node) {
 			changes = append(changes, ChangeReadySinceAdded)
 		}
 	}
@@ -244,7 +244,7 @@ func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
 func (n *NodeReadiness) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
-	if NodeLabelledReady(node) {
+	if nodeLabelledReady(node) {
 		labelPath := "/metadata/labels/" + jsonPointerEscape(annotations.LabelCNIReady)
 		ops = append(ops,
 			jsonOp{Op: "test", Path: labelPath, Value: annotations.LabelCNIReadyValue},

@@ -29,26 +29,26 @@ type nrHarness struct {
 
 func newNRHarness(t *testing.T, mutate func(*Config), node *corev1.Node, cni *corev1.Pod) *nrHarness {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	client := fake.NewClientset(node)
-	inf, err := NewInformers(client, cfg)
+	inf, err := newInformers(client, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &nrHarness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(10), metrics: NewMetrics()}
-	if h.n, err = NewNodeReadiness(cfg, client, inf, h.recorder, h.metrics); err != nil {
+	h := &nrHarness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(10), metrics: newMetrics()}
+	if h.n, err = newNodeReadiness(cfg, client, inf, h.recorder, h.metrics); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.n.queue.ShutDown)
-	s, _ := SlimNode(node.DeepCopy())
+	s, _ := slimNode(node.DeepCopy())
 	if err := inf.Nodes.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
 	if cni != nil {
-		s, _ := SlimCNIPod(cni)
+		s, _ := slimCNIPod(cni)
 		if err := inf.CNIPods.GetIndexer().Add(s); err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
 		t.Fatal("failure not counted")
 	}
 	// With fresh data the next sync succeeds and keeps the new taint.
-	s, _ := SlimNode(n)
+	s, _ := slimNode(n)
 	if err := h.inf.Nodes.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}
@@ -366,11 +366,11 @@ func TestNodeReadinessEventsSayOnlyWhatChanged(t *testing.T) {
 		notContain string
 	}{
 		{name: "label only", node: newNode(nil), cni: cniPod("n1", true, -time.Second),
-			want: "Normal " + EventCNIReady + " CNI pod " + DefaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label, notContain: "taint"},
+			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label, notContain: "taint"},
 		{name: "taint only", node: withReadySince(newNode(map[string]string{annotations.LabelCNIReady: "ready"}, startupTaint(corev1.TaintEffectNoSchedule))), cni: cniPod("n1", true, -time.Second),
-			want: "Normal " + EventCNIReady + " CNI pod " + DefaultCNINamespace + "/consul-cni-n1 is Ready: removed " + taint, notContain: "label"},
+			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: removed " + taint, notContain: "label"},
 		{name: "both", node: newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cni: cniPod("n1", true, -time.Second),
-			want: "Normal " + EventCNIReady + " CNI pod " + DefaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label + ", removed " + taint},
+			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label + ", removed " + taint},
 		{name: "label removed", node: newNode(map[string]string{annotations.LabelCNIReady: "ready"}),
 			want: "removed label " + label, notContain: "taint"},
 		{name: "label removed, taint re-added", readd: true, node: newNode(map[string]string{annotations.LabelCNIReady: "ready"}),
@@ -406,7 +406,7 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 			remover.Labels[annotations.LabelInstallerMode] = annotations.InstallerModeUninstall
 			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true },
 				newNode(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}, otherTaint, startupTaint(corev1.TaintEffectNoSchedule)), remover)
-			if ReadyCNIPod(h.inf.CNIPods.GetIndexer(), "n1") != nil {
+			if readyCNIPod(h.inf.CNIPods.GetIndexer(), "n1") != nil {
 				t.Fatal("an uninstalling pod counts as a ready CNI pod")
 			}
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -427,7 +427,7 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 			}
 			// Nothing more to do: no second patch.
 			before := h.patches()
-			s, _ := SlimNode(n)
+			s, _ := slimNode(n)
 			if err := h.inf.Nodes.GetIndexer().Update(s); err != nil {
 				t.Fatal(err)
 			}

@@ -25,13 +25,7 @@ var keptPodLabels = []string{
 	annotations.LabelUninitialized,
 }
 
-// SlimInjectedPod is SlimInjectedPodFor with the default init container
-// names.
-func SlimInjectedPod(obj interface{}) (interface{}, error) {
-	return slimInjectedPod(obj, DefaultInitContainerNames)
-}
-
-// SlimInjectedPodFor returns the informer transform of the injected-pod
+// slimInjectedPodFor returns the informer transform of the injected-pod
 // informer: it returns a new Pod holding only what detection, the gate, the
 // breaker and the actions read: names, UID, resourceVersion, the controller
 // owner, our markers, node, restart policy, host network, phase, IP, start
@@ -42,7 +36,7 @@ func SlimInjectedPod(obj interface{}) (interface{}, error) {
 // fields, most of the spec, images, resources, termination messages) is
 // dropped before the object is cached, which is what keeps 10,000 pods in a
 // few tens of MiB.
-func SlimInjectedPodFor(initNames []string) func(interface{}) (interface{}, error) {
+func slimInjectedPodFor(initNames []string) func(interface{}) (interface{}, error) {
 	names := append([]string(nil), initNames...)
 	return func(obj interface{}) (interface{}, error) { return slimInjectedPod(obj, names) }
 }
@@ -90,7 +84,7 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 	var others containerSummary
 	for i := range pod.Status.InitContainerStatuses {
 		cs := &pod.Status.InitContainerStatuses[i]
-		if MatchesInitContainer(cs.Name, initNames) {
+		if matchesInitContainer(cs.Name, initNames) {
 			out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, corev1.ContainerStatus{
 				Name:                 cs.Name,
 				RestartCount:         cs.RestartCount,
@@ -142,9 +136,9 @@ func (c *containerSummary) add(cs *corev1.ContainerStatus) {
 	}
 }
 
-// SlimCNIPod is the transform of the CNI DaemonSet pod informer: name,
+// slimCNIPod is the transform of the CNI DaemonSet pod informer: name,
 // node, labels, deletion and the Ready condition.
-func SlimCNIPod(obj interface{}) (interface{}, error) {
+func slimCNIPod(obj interface{}) (interface{}, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
@@ -169,11 +163,11 @@ func SlimCNIPod(obj interface{}) (interface{}, error) {
 	return out, nil
 }
 
-// SlimNode keeps a node's name, UID, resourceVersion, labels, taints (the
+// slimNode keeps a node's name, UID, resourceVersion, labels, taints (the
 // taints whole: the readiness patch tests them for equality) and of its
 // annotations only the ready-since one (in a map that is nil only when the
 // node has no annotations: the readiness patch adds the whole map then).
-func SlimNode(obj interface{}) (interface{}, error) {
+func slimNode(obj interface{}) (interface{}, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil

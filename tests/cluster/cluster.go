@@ -44,6 +44,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
 
 // ServiceCIDR is the ClusterIP range. Nothing routes it (there is no
@@ -113,46 +114,13 @@ type component struct {
 // Start runs etcd and the control plane and waits until the apiserver is
 // ready and the controllers serve the "default" namespace.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
-	if opts.KubeBinDir == "" {
-		opts.KubeBinDir = os.Getenv("CCR_KUBE_BIN_DIR")
-	}
-	if opts.KubeBinDir == "" {
-		opts.KubeBinDir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
-	}
-	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if _, err := os.Stat(filepath.Join(opts.KubeBinDir, b)); err != nil {
-			return nil, fmt.Errorf("%s not found in %s: build the control plane with `make kube-bins` (a cold build takes about 15 minutes)", b, opts.KubeBinDir)
-		}
-	}
-	if opts.Etcd == "" {
-		p, err := exec.LookPath("etcd")
-		if err != nil {
-			return nil, fmt.Errorf("etcd not found on PATH: install Debian's etcd-server (`make deps`)")
-		}
-		opts.Etcd = p
-	}
-	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 3 * time.Minute
-	}
-	c := &Cluster{keep: opts.Keep || os.Getenv("CCR_KEEP_CLUSTER") == "1"}
-	if opts.Dir == "" {
-		// etcd fsyncs; a tmpfs keeps it fast on shared disks.
-		base := os.TempDir()
-		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-			base = "/dev/shm"
-		}
-		// Directories of control planes whose test process was killed.
-		proc.RemoveStale(filepath.Join(base, "ccr-cluster-*"))
-		if opts.Dir, err = os.MkdirTemp(base, "ccr-cluster-"); err != nil {
-			return nil, err
-		}
-		if err := proc.MarkOwned(opts.Dir); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	if err := opts.complete(); err != nil {
 		return nil, err
 	}
-	c.Dir = opts.Dir
+	c := &Cluster{keep: opts.Keep || os.Getenv("CCR_KEEP_CLUSTER") == "1"}
+	if c.Dir, err = clusterDir(opts.Dir); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -166,26 +134,102 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	c.CAFile, c.CAData = pk.CAFile, pk.CAPEM
-
-	adminToken, kcmToken, schedToken := randomToken(), randomToken(), randomToken()
-	tokens := fmt.Sprintf("%s,admin,uid-admin,\"system:masters\"\n%s,system:kube-controller-manager,uid-kcm\n%s,system:kube-scheduler,uid-scheduler\n",
-		adminToken, kcmToken, schedToken)
-	tokenFile := filepath.Join(c.Dir, "tokens.csv")
-	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
+	tok, err := writeTokens(c.Dir)
+	if err != nil {
 		return nil, err
 	}
-
 	etcdURL, err := c.startEtcd(ctx, opts.Etcd)
 	if err != nil {
 		return nil, err
 	}
+	if err := c.startAPIServer(ctx, opts, pk, tok, etcdURL); err != nil {
+		return nil, err
+	}
+	if err := c.writeAdminConfig(tok.admin); err != nil {
+		return nil, err
+	}
+	if err := c.startControllers(opts, pk, tok); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, c.procs[len(c.procs)-3], c.Server+"/readyz", tok.admin, pk.CAPEM); err != nil {
+		return nil, err
+	}
+	// Pods can be created once the service-account controller has made the
+	// namespace's "default" ServiceAccount.
+	if err := c.WaitForServiceAccount(ctx, "default", "default"); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
+// complete fills in the defaults and checks that the binaries exist.
+func (opts *Options) complete() error {
+	if opts.KubeBinDir == "" {
+		opts.KubeBinDir = os.Getenv("CCR_KUBE_BIN_DIR")
+	}
+	if opts.KubeBinDir == "" {
+		opts.KubeBinDir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
+	}
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(opts.KubeBinDir, b)); err != nil {
+			return fmt.Errorf("%s not found in %s: build the control plane with `make kube-bins` (a cold build takes about 15 minutes)", b, opts.KubeBinDir)
+		}
+	}
+	if opts.Etcd == "" {
+		p, err := exec.LookPath("etcd")
+		if err != nil {
+			return fmt.Errorf("etcd not found on PATH: install Debian's etcd-server (`make deps`)")
+		}
+		opts.Etcd = p
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 3 * time.Minute
+	}
+	return nil
+}
+
+// clusterDir creates dir, or a fresh directory owned by this process when
+// dir is empty.
+func clusterDir(dir string) (string, error) {
+	if dir != "" {
+		return dir, os.MkdirAll(dir, 0o700)
+	}
+	// etcd fsyncs; a tmpfs keeps it fast on shared disks.
+	base := os.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		base = "/dev/shm"
+	}
+	// Directories of control planes whose test process was killed.
+	proc.RemoveStale(filepath.Join(base, "ccr-cluster-*"))
+	dir, err := os.MkdirTemp(base, "ccr-cluster-")
+	if err != nil {
+		return "", err
+	}
+	return dir, proc.MarkOwned(dir)
+}
+
+// tokens are the bearer tokens of the admin and the control-plane components.
+type tokens struct {
+	admin, kcm, sched string
+	file              string
+}
+
+// writeTokens makes the tokens and the apiserver's token file in dir.
+func writeTokens(dir string) (tokens, error) {
+	t := tokens{admin: randomToken(), kcm: randomToken(), sched: randomToken(), file: filepath.Join(dir, "tokens.csv")}
+	csv := fmt.Sprintf("%s,admin,uid-admin,\"system:masters\"\n%s,system:kube-controller-manager,uid-kcm\n%s,system:kube-scheduler,uid-scheduler\n",
+		t.admin, t.kcm, t.sched)
+	return t, os.WriteFile(t.file, []byte(csv), 0o600)
+}
+
+// startAPIServer starts kube-apiserver and waits until it is live.
+func (c *Cluster) startAPIServer(ctx context.Context, opts Options, pk *pki, tok tokens, etcdURL string) error {
 	// The apiserver's port is picked free and may be taken by another
 	// process before the apiserver binds it: retry with another one.
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := testnet.FreePort()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.Server = "https://127.0.0.1:" + strconv.Itoa(port)
 		args := []string{
@@ -197,7 +241,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			"--tls-cert-file=" + pk.ServingCert,
 			"--tls-private-key-file=" + pk.ServingKey,
 			"--client-ca-file=" + pk.CAFile,
-			"--token-auth-file=" + tokenFile,
+			"--token-auth-file=" + tok.file,
 			"--authorization-mode=RBAC",
 			"--service-account-key-file=" + pk.SAPublic,
 			"--service-account-signing-key-file=" + pk.SAPrivate,
@@ -216,42 +260,46 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		c.apiserver.bin, c.apiserver.args = filepath.Join(opts.KubeBinDir, "kube-apiserver"), args
 		comp, err := c.start("kube-apiserver", c.apiserver.bin, args)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		err = waitHTTP(ctx, comp, c.Server+"/livez", adminToken, pk.CAPEM)
+		err = waitHTTP(ctx, comp, c.Server+"/livez", tok.admin, pk.CAPEM)
 		if err == nil {
-			break
+			return nil
 		}
 		if attempt == 3 || ctx.Err() != nil || !strings.Contains(c.tail(comp), "address already in use") {
-			return nil, err
+			return err
 		}
 		comp.p.Stop(5 * time.Second)
 		c.procs = c.procs[:len(c.procs)-1]
 	}
+}
 
+// writeAdminConfig sets the admin's Config, Client and Kubeconfig.
+func (c *Cluster) writeAdminConfig(adminToken string) (err error) {
 	c.Config = &rest.Config{
 		Host:            c.Server,
 		BearerToken:     adminToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: pk.CAPEM},
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData},
 		QPS:             100,
 		Burst:           200,
 	}
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
-		return nil, err
+		return err
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
-	if err := WriteKubeconfig(c.Kubeconfig, c.Config, "admin"); err != nil {
-		return nil, err
-	}
+	return WriteKubeconfig(c.Kubeconfig, c.Config, "admin")
+}
+
+// startControllers starts kube-controller-manager and kube-scheduler.
+func (c *Cluster) startControllers(opts Options, pk *pki, tok tokens) error {
 	kcmKubeconfig := filepath.Join(c.Dir, "kube-controller-manager.kubeconfig")
 	schedKubeconfig := filepath.Join(c.Dir, "kube-scheduler.kubeconfig")
-	if err := WriteKubeconfig(kcmKubeconfig, c.tokenConfig(kcmToken), "system:kube-controller-manager"); err != nil {
-		return nil, err
+	if err := WriteKubeconfig(kcmKubeconfig, c.tokenConfig(tok.kcm), "system:kube-controller-manager"); err != nil {
+		return err
 	}
-	if err := WriteKubeconfig(schedKubeconfig, c.tokenConfig(schedToken), "system:kube-scheduler"); err != nil {
-		return nil, err
+	if err := WriteKubeconfig(schedKubeconfig, c.tokenConfig(tok.sched), "system:kube-scheduler"); err != nil {
+		return err
 	}
-
 	if _, err := c.start("kube-controller-manager", filepath.Join(opts.KubeBinDir, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kcmKubeconfig,
 		"--leader-elect=false",
@@ -262,26 +310,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--profiling=false",
 		"--v=" + strconv.Itoa(opts.Verbosity),
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := c.start("kube-scheduler", filepath.Join(opts.KubeBinDir, "kube-scheduler"), []string{
+	_, err := c.start("kube-scheduler", filepath.Join(opts.KubeBinDir, "kube-scheduler"), []string{
 		"--kubeconfig=" + schedKubeconfig,
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--profiling=false",
 		"--v=" + strconv.Itoa(opts.Verbosity),
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(ctx, c.procs[len(c.procs)-3], c.Server+"/readyz", adminToken, pk.CAPEM); err != nil {
-		return nil, err
-	}
-	// Pods can be created once the service-account controller has made the
-	// namespace's "default" ServiceAccount.
-	if err := c.WaitForServiceAccount(ctx, "default", "default"); err != nil {
-		return nil, err
-	}
-	return c, nil
+	})
+	return err
 }
 
 func (c *Cluster) tokenConfig(token string) *rest.Config {
@@ -290,11 +328,11 @@ func (c *Cluster) tokenConfig(token string) *rest.Config {
 
 func (c *Cluster) startEtcd(ctx context.Context, bin string) (string, error) {
 	for attempt := 1; ; attempt++ {
-		client, err := freePort()
+		client, err := testnet.FreePort()
 		if err != nil {
 			return "", err
 		}
-		peer, err := freePort()
+		peer, err := testnet.FreePort()
 		if err != nil {
 			return "", err
 		}
@@ -405,15 +443,6 @@ func tailFile(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Exited returns a description of every component that is no longer

@@ -89,9 +89,24 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 		return nil, err
 	}
 
+	if err := p.serving(ca, caKey, now, serviceIP); err != nil {
+		return nil, err
+	}
+	if err := p.kubeletClient(ca, caKey, now); err != nil {
+		return nil, err
+	}
+	if err := p.serviceAccountKey(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// serving writes the apiserver's serving certificate for loopback and the
+// in-cluster names of the kubernetes service.
+func (p *pki) serving(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time, serviceIP net.IP) error {
 	srvKey, err := newKey()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	srvTmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -106,34 +121,34 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
+		return fmt.Errorf("serving certificate: %w", err)
 	}
 	if err := writePEM(p.ServingCert, "CERTIFICATE", srvDER, 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	if err := writeKey(p.ServingKey, srvKey); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
 
-	if err := p.kubeletClient(ca, caKey, now); err != nil {
-		return nil, err
-	}
-
+// serviceAccountKey writes the service-account signing key pair.
+func (p *pki) serviceAccountKey() error {
 	saKey, err := newKey()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := writeKey(p.SAPrivate, saKey); err != nil {
-		return nil, err
+		return err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := writePEM(p.SAPublic, "PUBLIC KEY", pub, 0o644); err != nil {
-		return nil, err
+		return err
 	}
-	return p, nil
+	return nil
 }
 
 // kubeletClient writes the apiserver's client certificate for kubelets.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/sdkref"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
@@ -233,7 +234,7 @@ func saveNat(t *testing.T, ns *testnet.Netns, b redirect.Backend, fam redirect.F
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redirect.Normalize(out)
+	return redirecttest.Normalize(out)
 }
 
 // sdkTable runs the SDK's own command sequence in a fresh namespace and

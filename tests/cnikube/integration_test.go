@@ -29,6 +29,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cnichain"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
@@ -220,7 +221,7 @@ func natTableOf(t *testing.T, ns *testnet.Netns, fam redirect.Family) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redirect.Normalize(out)
+	return redirecttest.Normalize(out)
 }
 
 func goldenDefault(t *testing.T) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -124,7 +125,7 @@ func TestInstallerAdmissionPolicyEnforced(t *testing.T) {
 	complete := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annotations.KeyTransparentProxyStatus, annotations.TProxyStatusComplete,
 		annotations.KeyCNIAppliedAt, annotations.FormatTime(time.Now()))
 	// The policy takes effect once the API server has loaded it.
-	eventually(t, 60*time.Second, "the policy refuses a label change", func() error {
+	poll.Eventually(t, 60*time.Second, "the policy refuses a label change", func() error {
 		if err := patch(onA, `{"metadata":{"labels":{"app":"evil"}}}`); !apierrors.IsForbidden(err) {
 			return fmt.Errorf("label change: %v", err)
 		}

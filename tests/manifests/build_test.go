@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -559,7 +560,7 @@ func TestRBAC(t *testing.T) {
 // workloads, and checks it reaches every pod template and keeps the
 // selectors already there.
 func TestRequireCNIReadyRecipe(t *testing.T) {
-	objs := build(t, filepath.Join(repoRoot(t), "docs", "examples", "require-cni-ready"))
+	objs := build(t, filepath.Join(testbin.RepoRoot(), "docs", "examples", "require-cni-ready"))
 	workloads := 0
 	for _, o := range objs {
 		var tmpl corev1.PodTemplateSpec
@@ -591,7 +592,7 @@ func TestRequireCNIReadyRecipe(t *testing.T) {
 // TestKubePrometheusStackExample builds the documented example that labels
 // the ServiceMonitor, PodMonitor and PrometheusRule for kube-prometheus-stack.
 func TestKubePrometheusStackExample(t *testing.T) {
-	objs := build(t, filepath.Join(repoRoot(t), "docs", "examples", "kube-prometheus-stack"))
+	objs := build(t, filepath.Join(testbin.RepoRoot(), "docs", "examples", "kube-prometheus-stack"))
 	n := 0
 	for _, o := range objs {
 		if gvkOf(o).Group != monitoringGroup {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
@@ -52,7 +53,7 @@ func init() {
 }
 
 func chartDir(tb testing.TB) string {
-	return filepath.Join(repoRoot(tb), "charts", "consul-cni-repair")
+	return filepath.Join(testbin.RepoRoot(), "charts", "consul-cni-repair")
 }
 
 // chartValues merges values files (relative to the chart's profiles/) and

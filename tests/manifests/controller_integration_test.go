@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +20,9 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -38,7 +39,7 @@ import (
 // repairBinary builds cmd/repair, or skips when this tree does not have it.
 func repairBinary(t *testing.T) string {
 	t.Helper()
-	_, inTree := os.Stat(filepath.Join(repoRoot(t), "cmd", "repair"))
+	_, inTree := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", "repair"))
 	_, prebuilt := os.Stat(filepath.Join(testbin.Dir(), "repair"))
 	if inTree != nil && (os.Getenv("CCR_BIN_DIR") == "" || prebuilt != nil) {
 		t.Skip("cmd/repair is not in this tree: the controller cannot be run against the manifests")
@@ -55,16 +56,6 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // controllerArgs takes the container args of an overlay's Deployment and
@@ -329,7 +320,7 @@ func TestControllerUnderManifests(t *testing.T) {
 				t.Fatal(err)
 			}
 			var pods []corev1.Pod
-			eventually(t, 90*time.Second, "ReplicaSet pods created by kube-controller-manager", func() error {
+			poll.Eventually(t, 90*time.Second, "ReplicaSet pods created by kube-controller-manager", func() error {
 				l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 				if err != nil {
 					return err
@@ -369,10 +360,17 @@ func TestControllerUnderManifests(t *testing.T) {
 
 			// The controller, as its ServiceAccount, with the overlay's args.
 			kubeconfig := writeKubeconfig(t, c.ServiceAccountConfig(t, namespace, controllerName))
-			mport, hport := freePort(t), freePort(t)
+			mport, err := testnet.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hport, err := testnet.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
 			args := append(controllerArgs(t, ov, mport, hport), "--kubeconfig="+kubeconfig, "--min-pod-age=1s")
 			logPath := startController(t, bin, args)
-			eventually(t, 90*time.Second, "/readyz", func() error {
+			poll.Eventually(t, 90*time.Second, "/readyz", func() error {
 				code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", hport))
 				if err != nil {
 					return err
@@ -387,7 +385,7 @@ func TestControllerUnderManifests(t *testing.T) {
 			}
 			metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 			var firstScrape map[string]*dto.MetricFamily
-			eventually(t, 30*time.Second, "a first scrape", func() error {
+			poll.Eventually(t, 30*time.Second, "a first scrape", func() error {
 				var err error
 				firstScrape, err = scrape(metricsURL)
 				return err
@@ -396,7 +394,7 @@ func TestControllerUnderManifests(t *testing.T) {
 			// Node readiness: label added, startup taint removed; in audit
 			// only a Normal Event says so and the node is left as it is.
 			if ov == "audit" {
-				eventually(t, 90*time.Second, "a WouldMarkCNIReady node Event", func() error {
+				poll.Eventually(t, 90*time.Second, "a WouldMarkCNIReady node Event", func() error {
 					l, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + nodeName + ",reason=WouldMarkCNIReady"})
 					if err != nil || len(l.Items) == 0 {
 						return fmt.Errorf("no Event yet (%v)", err)
@@ -407,13 +405,13 @@ func TestControllerUnderManifests(t *testing.T) {
 					t.Errorf("audit mode marked node %s ready", nodeName)
 				}
 			} else {
-				eventually(t, 90*time.Second, "node labelled cni=ready without its startup taint", func() error {
+				poll.Eventually(t, 90*time.Second, "node labelled cni=ready without its startup taint", func() error {
 					return nodeCNIReady(ctx, c.Client, nodeName)
 				})
 			}
 
 			// The action on the broken pod.
-			eventually(t, 120*time.Second, "the overlay's action on the broken pod", func() error {
+			poll.Eventually(t, 120*time.Second, "the overlay's action on the broken pod", func() error {
 				p, err := c.Client.CoreV1().Pods(ns).Get(ctx, broken.Name, metav1.GetOptions{})
 				gone := apierrors.IsNotFound(err)
 				if err != nil && !gone {
@@ -461,7 +459,7 @@ func TestControllerUnderManifests(t *testing.T) {
 				}
 			}
 			// An Event on the pod says what was (or would have been) done.
-			eventually(t, 60*time.Second, "an Event on the broken pod", func() error {
+			poll.Eventually(t, 60*time.Second, "an Event on the broken pod", func() error {
 				l, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + broken.Name})
 				if err != nil {
 					return err
@@ -475,7 +473,7 @@ func TestControllerUnderManifests(t *testing.T) {
 			// Metrics: whatever this run exported, checked against the
 			// table, and kept for the coverage check below.
 			var fams map[string]*dto.MetricFamily
-			eventually(t, 60*time.Second, "metrics of the run", func() error {
+			poll.Eventually(t, 60*time.Second, "metrics of the run", func() error {
 				var err error
 				fams, err = scrape(metricsURL)
 				if err != nil {

@@ -11,6 +11,7 @@ import (
 	sdkdashboard "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 
 	dashgen "github.com/consul-cni-repair/consul-cni-repair/tests/manifests/dashboard"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
 
 // TestDashboardIsGenerated: the shipped dashboard JSON is exactly what
@@ -22,7 +23,7 @@ func TestDashboardIsGenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(repoRoot(t), dashgen.Path)
+	path := filepath.Join(testbin.RepoRoot(), dashgen.Path)
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

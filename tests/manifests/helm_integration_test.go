@@ -16,6 +16,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
@@ -43,7 +44,7 @@ func newHelmCLI(t *testing.T, kubeconfig string) *helmCLI {
 			t.Fatal(err)
 		}
 		cmd := exec.Command("go", "build", "-o", tmp, "helm.sh/helm/v4/cmd/helm")
-		cmd.Dir = filepath.Join(repoRoot(t), "tests", "manifests")
+		cmd.Dir = filepath.Join(testbin.RepoRoot(), "tests", "manifests")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build helm: %v\n%s", err, out)
@@ -96,7 +97,7 @@ func (h *helmCLI) list(t *testing.T, ns string) []helmRelease {
 // appVersion (new image tags), and uninstalls it.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	for _, cmd := range []string{"repair", "consul-cni-installer", "consul-cni"} {
-		if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", cmd)); err != nil {
+		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err != nil {
 			t.Skipf("cmd/%s is not in this tree", cmd)
 		}
 	}
@@ -144,7 +145,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 
 	// uninstall: every object of the release is gone.
 	helm.run(t, "uninstall", "ccr", "-n", ns, "--wait", "--timeout", "5m")
-	eventually(t, 3*time.Minute, "every rendered object deleted", func() error {
+	poll.Eventually(t, 3*time.Minute, "every rendered object deleted", func() error {
 		for _, o := range rendered {
 			ri, err := a.resource(o)
 			if err != nil {
@@ -216,7 +217,7 @@ func removeClusterScoped(t *testing.T, a *applier, objs []*unstructured.Unstruct
 		if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
-		eventually(t, time.Minute, "deleted "+o.GetKind()+" "+o.GetName(), func() error {
+		poll.Eventually(t, time.Minute, "deleted "+o.GetKind()+" "+o.GetName(), func() error {
 			if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("still there (%v)", err)
 			}
@@ -232,18 +233,18 @@ func removeClusterScoped(t *testing.T, a *applier, objs []*unstructured.Unstruct
 func waitRollout(t *testing.T, c *cluster.Cluster, ns, node, tag, oldHolder string) string {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, 6*time.Minute, "installer Ready with tag "+tag, func() error {
+	poll.Eventually(t, 6*time.Minute, "installer Ready with tag "+tag, func() error {
 		return podsReadyWithTag(ctx, c, ns, "app.kubernetes.io/name="+installerName, node, 1, tag)
 	})
-	eventually(t, 6*time.Minute, "controller replicas Ready with tag "+tag, func() error {
+	poll.Eventually(t, 6*time.Minute, "controller replicas Ready with tag "+tag, func() error {
 		return podsReadyWithTag(ctx, c, ns, "app.kubernetes.io/name="+controllerName, node, 2, tag)
 	})
-	eventually(t, 2*time.Minute, "node cni=ready without its startup taint", func() error {
+	poll.Eventually(t, 2*time.Minute, "node cni=ready without its startup taint", func() error {
 		return nodeCNIReady(ctx, c.Client, node)
 	})
 	since := metav1.NowMicro()
 	var holder string
-	eventually(t, 3*time.Minute, "a current replica holds and renews the Lease", func() error {
+	poll.Eventually(t, 3*time.Minute, "a current replica holds and renews the Lease", func() error {
 		l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, controllerName, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -65,18 +65,8 @@ func overlayNames() []string {
 	return names
 }
 
-// repoRoot is the top of the main module (two levels above this package).
-func repoRoot(tb testing.TB) string {
-	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Fatal("cannot locate the test's source file")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 func manifestsDir(tb testing.TB) string {
-	return filepath.Join(repoRoot(tb), "manifests")
+	return filepath.Join(testbin.RepoRoot(), "manifests")
 }
 
 // build runs kustomize (the krusty library, as `kustomize build` and
@@ -182,7 +172,7 @@ var (
 // contract between the controller and its dashboard and alerts.
 func architectureMetrics(tb testing.TB) []metricSpec {
 	tb.Helper()
-	path := filepath.Join(repoRoot(tb), "ARCHITECTURE.md")
+	path := filepath.Join(testbin.RepoRoot(), "ARCHITECTURE.md")
 	f, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)

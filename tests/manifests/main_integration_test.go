@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
@@ -129,23 +128,6 @@ func nodeCNIReady(ctx context.Context, cs kubernetes.Interface, name string) err
 		}
 	}
 	return nil
-}
-
-// eventually polls f until it returns nil or the timeout passes, then
-// fails with f's last error. Timeouts are generous: the machines are shared.
-func eventually(tb testing.TB, timeout time.Duration, what string, f func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: still not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 func serviceAccountUser(ns, name string) (string, []string) {

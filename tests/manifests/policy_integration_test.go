@@ -13,6 +13,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -343,7 +344,7 @@ func TestAdmissionPoliciesImpersonated(t *testing.T) {
 				cases = append(cases, f.pluginWrites(asPluginOnA, asPluginNoNode)...)
 				cases = append(cases, writeCase{"admin: a label", f.patchPod(c.Client, f.onA, labelsPatch("example.com/x", "y")), ""})
 				// RBAC and policy changes take effect within moments.
-				eventually(t, 90*time.Second, "every write decided as expected", func() error { return runWrites(ctx, cases) })
+				poll.Eventually(t, 90*time.Second, "every write decided as expected", func() error { return runWrites(ctx, cases) })
 			})
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -131,7 +132,7 @@ func TestRBACImpersonated(t *testing.T) {
 		t.Run(ov, func(t *testing.T) {
 			applyRBAC(t, a, buildOverlay(t, ov))
 			// The authorizer's caches follow RBAC changes within moments.
-			eventually(t, 60*time.Second, "controller permissions", func() error {
+			poll.Eventually(t, 60*time.Second, "controller permissions", func() error {
 				got, err := allowedMatrix(ctx, asController)
 				if err != nil {
 					return err
@@ -141,7 +142,7 @@ func TestRBACImpersonated(t *testing.T) {
 				}
 				return nil
 			})
-			eventually(t, 60*time.Second, "installer permissions", func() error {
+			poll.Eventually(t, 60*time.Second, "installer permissions", func() error {
 				got, err := allowedMatrix(ctx, asInstaller)
 				if err != nil {
 					return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
@@ -74,7 +75,7 @@ func TestRepairOnlyBesideConsulK8sCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	bypassed := map[string]bool{}
-	eventually(t, 3*time.Minute, "injected pods running without the plugin", func() error {
+	poll.Eventually(t, 3*time.Minute, "injected pods running without the plugin", func() error {
 		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
 			return err
@@ -91,10 +92,10 @@ func TestRepairOnlyBesideConsulK8sCNI(t *testing.T) {
 	})
 
 	startStandIn(t, c, node, plugin)
-	eventually(t, 3*time.Minute, "node labelled by the controller from consul-k8s's CNI pod", func() error {
+	poll.Eventually(t, 3*time.Minute, "node labelled by the controller from consul-k8s's CNI pod", func() error {
 		return nodeCNIReady(ctx, c.Client, node.Name())
 	})
-	eventually(t, 5*time.Minute, "every bypassing pod replaced by a redirected one", func() error {
+	poll.Eventually(t, 5*time.Minute, "every bypassing pod replaced by a redirected one", func() error {
 		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
 			return err

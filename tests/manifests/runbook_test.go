@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,7 +19,7 @@ var runbookHeading = regexp.MustCompile(`(?m)^## (\S+)\s*$`)
 // by GitHub's anchor of the heading (lower case).
 func runbookSections(tb testing.TB) map[string]string {
 	tb.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(tb), "docs", "runbook.md"))
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "docs", "runbook.md"))
 	if err != nil {
 		tb.Fatal(err)
 	}

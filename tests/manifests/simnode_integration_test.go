@@ -16,7 +16,9 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,7 @@ import (
 // overlay acts on no pod that got its redirection.)
 func TestApplyOnSimulatedNode(t *testing.T) {
 	for _, cmd := range []string{"repair", "consul-cni-installer", "consul-cni"} {
-		if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", cmd)); err != nil {
+		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err != nil {
 			t.Skipf("cmd/%s is not in this tree", cmd)
 		}
 	}
@@ -70,7 +72,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	t.Cleanup(func() { deleteWorkloads(t, c) })
 
 	// The installer pod on the node becomes Ready: consul-cni is chained.
-	eventually(t, 4*time.Minute, "installer pod Ready on "+node.Name(), func() error {
+	poll.Eventually(t, 4*time.Minute, "installer pod Ready on "+node.Name(), func() error {
 		return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+installerName, node.Name(), 1)
 	})
 	conflist := filepath.Join(node.ConfDir(), "10-ptp.conflist")
@@ -100,7 +102,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "installer metrics on the node's port "+port, func() error {
+	poll.Eventually(t, time.Minute, "installer metrics on the node's port "+port, func() error {
 		fams, err := scrape("http://" + net.JoinHostPort("127.0.0.1", port) + "/metrics")
 		if err != nil {
 			return err
@@ -115,10 +117,10 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	})
 
 	// The controller: both replicas Ready, one leader, node ready.
-	eventually(t, 4*time.Minute, "controller replicas Ready", func() error {
+	poll.Eventually(t, 4*time.Minute, "controller replicas Ready", func() error {
 		return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+controllerName, node.Name(), 2)
 	})
-	eventually(t, 2*time.Minute, "node labelled cni=ready without its startup taint", func() error {
+	poll.Eventually(t, 2*time.Minute, "node labelled cni=ready without its startup taint", func() error {
 		return nodeCNIReady(ctx, c.Client, node.Name())
 	})
 	lease, err := c.Client.CoordinationV1().Leases(namespace).Get(ctx, controllerName, metav1.GetOptions{})
@@ -143,7 +145,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "the injected pod redirected and marked complete by the plugin", func() error {
+	poll.Eventually(t, 3*time.Minute, "the injected pod redirected and marked complete by the plugin", func() error {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -20,6 +20,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
@@ -54,7 +55,7 @@ func TestRemoveOnSimulatedNodes(t *testing.T) {
 	applyAll(t, a, buildOverlay(t, "base"), nil)
 	t.Cleanup(func() { deleteWorkloads(t, c) })
 	for _, n := range nodes {
-		eventually(t, 4*time.Minute, "node "+n.Name()+" labelled and untainted", func() error {
+		poll.Eventually(t, 4*time.Minute, "node "+n.Name()+" labelled and untainted", func() error {
 			return nodeCNIReady(ctx, c.Client, n.Name())
 		})
 	}
@@ -71,21 +72,21 @@ func TestRemoveOnSimulatedNodes(t *testing.T) {
 	removal := build(t, filepath.Join(manifestsDir(t), "overlays", "uninstall"))
 	applyAll(t, a, removal, func(k string) bool { return k == "Deployment" })
 	for _, n := range nodes {
-		eventually(t, 4*time.Minute, "remover Ready on "+n.Name(), func() error {
+		poll.Eventually(t, 4*time.Minute, "remover Ready on "+n.Name(), func() error {
 			return podsReady(ctx, c, namespace, annotations.LabelInstallerMode+"="+annotations.InstallerModeUninstall, n.Name(), 1)
 		})
 		assertNothingOfOurs(t, n)
 	}
 	applyAll(t, a, removal, func(k string) bool { return k != "Deployment" })
 	for _, n := range nodes {
-		eventually(t, 3*time.Minute, "node "+n.Name()+" without label and startup taint", func() error {
+		poll.Eventually(t, 3*time.Minute, "node "+n.Name()+" without label and startup taint", func() error {
 			return nodeClean(ctx, c.Client, n.Name())
 		})
 	}
 
 	// Step 2: delete it.
 	deleteWorkloads(t, c)
-	eventually(t, 2*time.Minute, "workload pods gone", func() error {
+	poll.Eventually(t, 2*time.Minute, "workload pods gone", func() error {
 		l, err := c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -109,7 +110,7 @@ func TestRemoveOnSimulatedNodes(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 2*time.Minute, "pod "+name+" running", func() error {
+		poll.Eventually(t, 2*time.Minute, "pod "+name+" running", func() error {
 			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -143,7 +144,7 @@ func scaleController(t *testing.T, c *cluster.Cluster, replicas int) {
 	if _, err := c.Client.AppsV1().Deployments(namespace).Patch(ctx, controllerName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, fmt.Sprintf("controller scaled to %d", replicas), func() error {
+	poll.Eventually(t, 2*time.Minute, fmt.Sprintf("controller scaled to %d", replicas), func() error {
 		l, err := c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + controllerName})
 		if err != nil {
 			return err

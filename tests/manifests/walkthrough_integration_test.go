@@ -18,6 +18,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
@@ -33,7 +34,7 @@ func walkthroughKubectl(t *testing.T) string {
 	if d := os.Getenv("CCR_KUBE_BIN_DIR"); d != "" {
 		candidates = append(candidates, filepath.Join(d, "kubectl"))
 	}
-	candidates = append(candidates, filepath.Join(repoRoot(t), ".cache", "kube", "bin", "kubectl"))
+	candidates = append(candidates, filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin", "kubectl"))
 	for _, c := range candidates {
 		if c == "" {
 			continue
@@ -54,7 +55,7 @@ func walkthroughKubectl(t *testing.T) string {
 // reports the pod made to bypass (WouldRepair) without touching it, the
 // evict overlay evicts it (BypassedCNI), and its replacement is meshed.
 func TestREADMELocalWalkthrough(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestREADMELocalWalkthrough(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	script := "set -euxo pipefail\n" + strings.Join(blocks, "")
-	out, err := runScript(ctx, script, repoRoot(t), []string{
+	out, err := runScript(ctx, script, testbin.RepoRoot(), []string{
 		"KUBECONFIG=" + kubeconfig,
 		"PATH=" + filepath.Dir(kubectl) + string(os.PathListSeparator) + os.Getenv("PATH"),
 	})
@@ -105,7 +106,7 @@ func runScript(ctx context.Context, script, dir string, env []string) (string, e
 // admin kubeconfig.
 func startLocalCluster(t *testing.T, nodes int) (*cluster.Cluster, string) {
 	for _, cmd := range simnode.ManifestImages {
-		if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", cmd)); err != nil {
+		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err != nil {
 			t.Skipf("cmd/%s is not in this tree", cmd)
 		}
 	}
@@ -157,7 +158,7 @@ func checkWalkthroughOutcome(t *testing.T, c *cluster.Cluster, out string) {
 	if _, err := c.Client.CoreV1().Pods(exampleNamespace).Get(ctx, pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod %s still exists after the walkthrough (get: %v)", pod, err)
 	}
-	eventually(t, 3*time.Minute, "the example's pods all meshed", func() error {
+	poll.Eventually(t, 3*time.Minute, "the example's pods all meshed", func() error {
 		l, err := c.Client.CoreV1().Pods(exampleNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + exampleApp})
 		if err != nil {
 			return err

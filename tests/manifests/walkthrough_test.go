@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 )
 
 // walkthroughMarker precedes, on a line of its own, each ```sh block of the
@@ -60,7 +61,7 @@ func walkthroughBlocks(readme []byte) ([]string, error) {
 }
 
 func TestWalkthroughBlocksExtracted(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ package scenario
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -183,8 +182,6 @@ func (s *externalService) close() {
 	s.l.Close()
 	s.wg.Wait()
 }
-
-var errTimeout = errors.New("timed out")
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

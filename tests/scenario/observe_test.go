@@ -34,7 +34,7 @@ func TestTrackerLines(t *testing.T) {
 
 func TestAllMeshed(t *testing.T) {
 	now := time.Now()
-	r := &run{cfg: Config{Pods: 2}}
+	r := &runner{cfg: Config{Pods: 2}}
 	a := &podTrack{Name: "a", MeshedSince: now.Add(-3 * time.Second), LastAt: now}
 	b := &podTrack{Name: "b", MeshedSince: now.Add(-2 * time.Second), LastAt: now}
 	if ok, at := r.allMeshed([]*podTrack{a, b}); !ok || !at.Equal(b.MeshedSince) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
 )
 
@@ -24,7 +25,7 @@ import (
 // the proxy with its status still complete. The installer returns, the node
 // is ready again, the controller replaces the pod (sandbox_recreated) and
 // the replacement is meshed.
-func (r *run) runRecreated(ctx context.Context) (*Result, error) {
+func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
 	r.setPhase("chaining consul-cni on the node")
 	if err := r.applyCNIManifests(ctx, true); err != nil {
 		return nil, err
@@ -40,7 +41,7 @@ func (r *run) runRecreated(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	r.setPhase("waiting for every pod to be meshed")
-	if err := waitFor(ctx, r.cfg.Timeout, func() (bool, error) {
+	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
 		ok, _ := r.allMeshed(r.tick(ctx))
 		return ok, nil
 	}); err != nil {
@@ -78,7 +79,7 @@ func (r *run) runRecreated(ctx context.Context) (*Result, error) {
 // loseOneSandbox takes the installer and consul-cni away, recreates the
 // sandbox of the first pod (by name) and waits until its prober reports a
 // bypass.
-func (r *run) loseOneSandbox(ctx context.Context) (types.UID, error) {
+func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	live := r.tick(ctx)
 	if len(live) == 0 {
 		return "", fmt.Errorf("no live pod")
@@ -92,7 +93,7 @@ func (r *run) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	}
 	// The controller's gate closes with the installer gone: it must not
 	// act before the bypass is seen.
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		n, err := r.cs.CoreV1().Nodes().Get(ctx, r.node.Name(), metav1.GetOptions{})
 		return err == nil && n.Labels[annotations.LabelCNIReady] != annotations.LabelCNIReadyValue, nil
 	}); err != nil {
@@ -103,7 +104,7 @@ func (r *run) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	if err := r.node.RecreateSandbox(victim.UID); err != nil {
 		return "", err
 	}
-	if err := waitFor(ctx, r.cfg.Timeout, func() (bool, error) {
+	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
 		r.tick(ctx)
 		return victim.Bypass > 0 && victim.Last == resultBypass, nil
 	}); err != nil {
@@ -115,7 +116,7 @@ func (r *run) loseOneSandbox(ctx context.Context) (types.UID, error) {
 
 // unchain removes consul-cni from the node's primary conflist, as a primary
 // CNI rewriting its own configuration at start-up does.
-func (r *run) unchain() error {
+func (r *runner) unchain() error {
 	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
 	b, err := os.ReadFile(file)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,8 +27,10 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 )
 
 // Mode is one of the three runs.
@@ -180,12 +181,14 @@ func Run(ctx context.Context, e *Env, cfg Config) (*Result, error) {
 	runSeq++
 	id := fmt.Sprintf("%s-s%d-%d", cfg.Mode, e.Range.Slot, runSeq)
 	runMu.Unlock()
-	r := &run{e: e, cfg: cfg, id: id, cs: e.Cluster.Client, start: time.Now()}
+	r := &runner{e: e, cfg: cfg, id: id, cs: e.Cluster.Client, start: time.Now()}
 	defer r.cleanup()
-	return r.run(ctx)
+	return r.execute(ctx)
 }
 
-type run struct {
+// runner runs one scenario of a Config on its own node and namespace and
+// undoes what it set up in cleanup.
+type runner struct {
 	e     *Env
 	cfg   Config
 	id    string
@@ -208,11 +211,11 @@ type run struct {
 	cleanups            []func()
 }
 
-func (r *run) logf(format string, args ...any) {
+func (r *runner) logf(format string, args ...any) {
 	r.e.Logf("[%s %5.1fs] %s", r.cfg.Mode, time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func (r *run) cleanup() {
+func (r *runner) cleanup() {
 	r.logf("cleaning up")
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
 		r.cleanups[i]()
@@ -220,108 +223,131 @@ func (r *run) cleanup() {
 	r.logf("cleaned up")
 }
 
-func (r *run) defer_(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *runner) onCleanup(f func()) { r.cleanups = append(r.cleanups, f) }
 
-func (r *run) run(ctx context.Context) (*Result, error) {
+// execute sets the run up, lets the pods start before consul-cni is on the
+// node (except in the sandbox-recreated run), chains it and observes.
+func (r *runner) execute(ctx context.Context) (*Result, error) {
+	if err := r.setUp(ctx); err != nil {
+		return nil, err
+	}
+	if r.cfg.Mode == SandboxRecreated {
+		return r.runRecreated(ctx)
+	}
+	if err := r.podsBeforeCNI(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.chainCNI(ctx); err != nil {
+		return nil, err
+	}
+	return r.observe(ctx, r.cfg.Mode != NoRepair)
+}
+
+// setUp makes the run's directory, node and namespace and, unless the mode
+// is no-repair, starts the controller with its manifests.
+func (r *runner) setUp(ctx context.Context) error {
 	var err error
 	proc.RemoveStale(filepath.Join(os.TempDir(), "ccr-run-*"))
 	if r.dir, err = os.MkdirTemp("", "ccr-run-"); err != nil {
-		return nil, err
+		return err
 	}
 	if err := proc.MarkOwned(r.dir); err != nil {
-		return nil, err
+		return err
 	}
-	r.defer_(func() { os.RemoveAll(r.dir) })
+	r.onCleanup(func() { os.RemoveAll(r.dir) })
 
 	r.setPhase("starting the node")
 	if err := r.startNode(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	ns, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "race-" + string(r.cfg.Mode) + "-"}}, metav1.CreateOptions{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.ns = ns.Name
-	r.defer_(func() {
+	r.onCleanup(func() {
 		_ = r.cs.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
 	})
 	r.tr = newTracker(r.root, r.ns)
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		_, err := r.cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
-		return nil, fmt.Errorf("namespace %s: no default service account: %w", r.ns, err)
+		return fmt.Errorf("namespace %s: no default service account: %w", r.ns, err)
 	}
 
 	if r.cfg.Mode != NoRepair {
 		if err := r.applyCNIManifests(ctx, false); err != nil {
-			return nil, err
+			return err
 		}
 		if err := r.startController(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
-	if r.cfg.Mode == SandboxRecreated {
-		return r.runRecreated(ctx)
-	}
+// podsBeforeCNI deploys the injected pods and waits while consul-cni is
+// not on the node: prevention keeps them pending, the other modes let them
+// run on the primary network only.
+func (r *runner) podsBeforeCNI(ctx context.Context) error {
 	r.setPhase(fmt.Sprintf("deploying %d injected pods", r.cfg.Pods))
 	if err := r.deploy(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if r.cfg.Mode == Prevention {
-		r.setPhase("pods wait for the node's CNI")
-		if err := r.wait(ctx, r.cfg.CNIDelay); err != nil {
-			return nil, err
-		}
-		pods, err := r.pods(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range pods {
-			if p.Spec.NodeName != "" {
-				return nil, fmt.Errorf("prevention: pod %s was scheduled onto %s before its CNI was ready", p.Name, p.Spec.NodeName)
-			}
-		}
-	} else {
+	if r.cfg.Mode != Prevention {
 		r.setPhase("pods starting on the primary network only")
 		if err := r.waitRunning(ctx); err != nil {
-			return nil, err
+			return err
 		}
 		r.setPhase(fmt.Sprintf("pods run; consul-cni arrives in %s", r.cfg.CNIDelay))
-		if err := r.wait(ctx, r.cfg.CNIDelay); err != nil {
-			return nil, err
+		return r.wait(ctx, r.cfg.CNIDelay)
+	}
+	r.setPhase("pods wait for the node's CNI")
+	if err := r.wait(ctx, r.cfg.CNIDelay); err != nil {
+		return err
+	}
+	pods, err := r.pods(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			return fmt.Errorf("prevention: pod %s was scheduled onto %s before its CNI was ready", p.Name, p.Spec.NodeName)
 		}
 	}
+	return nil
+}
 
+// chainCNI puts consul-cni into the node's chain (by the installer
+// DaemonSet, or by hand with DirectChain) and waits until it is there.
+func (r *runner) chainCNI(ctx context.Context) error {
 	r.setPhase("chaining consul-cni on the node")
+	var err error
 	if r.cfg.DirectChain {
 		err = r.chainDirectly(ctx)
 	} else if err = r.applyCNIManifests(ctx, false); err == nil {
 		err = r.applyCNIManifests(ctx, true)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := r.waitChained(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if r.cfg.Mode == NoRepair {
 		// A pod that lands now gets the plugin: it must be meshed, which
 		// shows that the others bypass because of when their sandbox was
 		// made, not because the plugin or the probe is broken.
-		if err := r.createControl(ctx); err != nil {
-			return nil, err
-		}
+		return r.createControl(ctx)
 	}
-
-	return r.observe(ctx, r.cfg.Mode != NoRepair)
+	return nil
 }
 
 // waitChained waits until consul-cni is in the node's chain and records
 // when.
-func (r *run) waitChained(ctx context.Context) error {
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+func (r *runner) waitChained(ctx context.Context) error {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		ok, err := r.chained()
 		if ok {
 			r.cniAt = time.Now()
@@ -337,7 +363,7 @@ func (r *run) waitChained(ctx context.Context) error {
 
 // observe watches the traffic for at least Observe after cniAt and, when
 // expectMeshed, until every pod has been meshed for Settle (or Timeout).
-func (r *run) observe(ctx context.Context, expectMeshed bool) (*Result, error) {
+func (r *runner) observe(ctx context.Context, expectMeshed bool) (*Result, error) {
 	r.setPhase("observing traffic")
 	for {
 		live := r.tick(ctx)
@@ -356,13 +382,13 @@ func (r *run) observe(ctx context.Context, expectMeshed bool) (*Result, error) {
 	}
 }
 
-func (r *run) setPhase(p string) {
+func (r *runner) setPhase(p string) {
 	r.phase = p
 	r.logf("%s", p)
 	r.report(nil)
 }
 
-func (r *run) wait(ctx context.Context, d time.Duration) error {
+func (r *runner) wait(ctx context.Context, d time.Duration) error {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		step := min(time.Second, time.Until(end))
@@ -374,38 +400,22 @@ func (r *run) wait(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	end := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(end) {
-			return errTimeout
-		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
+// waitInterval is how often the run polls the cluster and the node.
+const waitInterval = 200 * time.Millisecond
 
 // nodeLabel marks the run's node; the installer DaemonSet is pinned to it.
 const nodeLabel = "scenario.consul-cni-repair.test/run"
 
-func (r *run) startNode(ctx context.Context) error {
+func (r *runner) startNode(ctx context.Context) error {
 	idx, release, err := simnode.AllocSubnet()
 	if err != nil {
 		return err
 	}
-	r.defer_(release)
+	r.onCleanup(release)
 	if r.root, err = simnode.NewRoot(r.e.Bins.CNIPlugins, r.e.Range, idx); err != nil {
 		return err
 	}
-	r.defer_(func() { os.RemoveAll(r.root) })
+	r.onCleanup(func() { os.RemoveAll(r.root) })
 	cfg := simnode.Config{
 		Name:       "race-" + r.id,
 		Client:     r.e.Cluster.Client,
@@ -436,7 +446,7 @@ func (r *run) startNode(ctx context.Context) error {
 		return err
 	}
 	r.node = n
-	r.defer_(n.Stop)
+	r.onCleanup(n.Stop)
 	return n.WaitReady(ctx)
 }
 
@@ -496,7 +506,7 @@ func InjectedPodTemplate(name, nodeName string, service string, interval time.Du
 	}
 }
 
-func (r *run) deploy(ctx context.Context) error {
+func (r *runner) deploy(ctx context.Context) error {
 	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: Deployment, Namespace: r.ns},
@@ -510,7 +520,7 @@ func (r *run) deploy(ctx context.Context) error {
 	return err
 }
 
-func (r *run) pods(ctx context.Context) ([]corev1.Pod, error) {
+func (r *runner) pods(ctx context.Context) ([]corev1.Pod, error) {
 	l, err := r.cs.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + Deployment})
 	if err != nil {
 		return nil, err
@@ -518,9 +528,9 @@ func (r *run) pods(ctx context.Context) ([]corev1.Pod, error) {
 	return l.Items, nil
 }
 
-func (r *run) waitRunning(ctx context.Context) error {
+func (r *runner) waitRunning(ctx context.Context) error {
 	var last string
-	err := waitFor(ctx, 3*time.Minute, func() (bool, error) {
+	err := poll.Until(ctx, 3*time.Minute, waitInterval, func() (bool, error) {
 		pods, err := r.pods(ctx)
 		if err != nil {
 			return false, nil
@@ -545,7 +555,7 @@ func (r *run) waitRunning(ctx context.Context) error {
 // chained.
 const ControlPod = "control"
 
-func (r *run) createControl(ctx context.Context) error {
+func (r *runner) createControl(ctx context.Context) error {
 	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
 	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 	pod.Name, pod.Namespace = ControlPod, r.ns
@@ -556,7 +566,7 @@ func (r *run) createControl(ctx context.Context) error {
 // applyCNIManifests applies the CNI part of the kustomize base: namespace,
 // the installer's RBAC and admission policy, and (withDaemonSet) the
 // installer DaemonSet, pinned to this run's node.
-func (r *run) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
+func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
 	files := []string{"base/namespace.yaml", "base/cni/rbac.yaml", "base/cni/admission-policy.yaml"}
 	if withDaemonSet {
 		files = []string{"base/cni/daemonset.yaml"}
@@ -575,22 +585,22 @@ func (r *run) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
 			ds.Spec.Template.Spec.NodeSelector[nodeLabel] = r.id
 			r.ds = true
 			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
-			r.defer_(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
+			r.onCleanup(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
 		}
 	}
 	return apply(ctx, r.cs, objs)
 }
 
-func (r *run) deleteDaemonSet(ns, name string) {
+func (r *runner) deleteDaemonSet(ns, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	// Let the node finalize the installer pod before it stops.
-	_ = waitFor(ctx, time.Minute, func() (bool, error) {
+	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
 		return err == nil && len(l.Items) == 0, nil
 	})
-	_ = waitFor(ctx, time.Minute, func() (bool, error) {
+	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		_, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -600,7 +610,7 @@ func (r *run) deleteDaemonSet(ns, name string) {
 // run's Node object: like the installer's pod-bound token it names the node
 // (extra authentication.kubernetes.io/node-name), which the plugin's
 // admission policy requires.
-func (r *run) nodeBoundToken(ctx context.Context) (string, error) {
+func (r *runner) nodeBoundToken(ctx context.Context) (string, error) {
 	node, err := r.cs.CoreV1().Nodes().Get(ctx, r.node.Name(), metav1.GetOptions{})
 	if err != nil {
 		return "", err
@@ -620,7 +630,7 @@ func (r *run) nodeBoundToken(ctx context.Context) (string, error) {
 // chainDirectly does what the installer does, from the test: copy the
 // plugin, write its kubeconfig (the installer's service account, through
 // the node's API endpoint) and append it to the node's conflist.
-func (r *run) chainDirectly(ctx context.Context) error {
+func (r *runner) chainDirectly(ctx context.Context) error {
 	if err := r.applyCNIManifests(ctx, false); err != nil {
 		return err
 	}
@@ -663,7 +673,7 @@ func (r *run) chainDirectly(ctx context.Context) error {
 
 // chained reports whether the node's network (as a sandbox created now
 // would get it) has consul-cni, with the binary in place.
-func (r *run) chained() (bool, error) {
+func (r *runner) chained() (bool, error) {
 	if _, err := os.Stat(filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
 		return false, nil
 	}
@@ -692,7 +702,7 @@ func (r *run) chained() (bool, error) {
 	return false, nil
 }
 
-func (r *run) chainString() string {
+func (r *runner) chainString() string {
 	files, _ := filepath.Glob(filepath.Join(r.node.ConfDir(), "*.conflist"))
 	sort.Strings(files)
 	if len(files) == 0 {
@@ -714,8 +724,8 @@ func (r *run) chainString() string {
 
 // startController runs the repair controller as a process with the admin
 // kubeconfig (node readiness on, defaults otherwise).
-func (r *run) startController(ctx context.Context) error {
-	port, err := freePort()
+func (r *runner) startController(ctx context.Context) error {
+	port, err := testnet.FreePort()
 	if err != nil {
 		return err
 	}
@@ -744,14 +754,14 @@ func (r *run) startController(ctx context.Context) error {
 		return err
 	}
 	r.controller = p
-	r.defer_(func() {
+	r.onCleanup(func() {
 		p.Stop(10 * time.Second)
 		if b, err := os.ReadFile(logFile); err == nil {
 			r.logf("repair controller log:\n%s", tail(string(b), 40))
 		}
 	})
 	r.logf("repair controller started: %s %s", r.e.Bins.Repair, strings.Join(args, " "))
-	return waitFor(ctx, time.Minute, func() (bool, error) {
+	return poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		select {
 		case <-p.Done():
 			b, _ := os.ReadFile(logFile)
@@ -769,7 +779,7 @@ func (r *run) startController(ctx context.Context) error {
 
 // installerLogs returns the end of the installer containers' output on
 // the node, for error messages.
-func (r *run) installerLogs() string {
+func (r *runner) installerLogs() string {
 	files, _ := r.node.LogFiles()
 	var b strings.Builder
 	for _, f := range files {
@@ -790,21 +800,12 @@ func tail(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // actions reads the controller's successful repairs from its metrics.
-func (r *run) actions() int { return r.actionsFor("") }
+func (r *runner) actions() int { return r.actionsFor("") }
 
 // actionsFor reads the controller's successful repairs with reason (any
 // reason when empty) from its metrics.
-func (r *run) actionsFor(reason string) int {
+func (r *runner) actionsFor(reason string) int {
 	if r.metrics == "" {
 		return 0
 	}
@@ -838,7 +839,7 @@ func (r *run) actionsFor(reason string) int {
 }
 
 // tick reads the probers' output and the pods, and reports progress.
-func (r *run) tick(ctx context.Context) []*podTrack {
+func (r *runner) tick(ctx context.Context) []*podTrack {
 	if r.tr == nil {
 		return nil
 	}
@@ -852,7 +853,7 @@ func (r *run) tick(ctx context.Context) []*podTrack {
 	return live
 }
 
-func (r *run) allMeshed(live []*podTrack) (bool, time.Time) {
+func (r *runner) allMeshed(live []*podTrack) (bool, time.Time) {
 	if len(live) != r.cfg.Pods {
 		return false, time.Time{}
 	}
@@ -868,7 +869,7 @@ func (r *run) allMeshed(live []*podTrack) (bool, time.Time) {
 	return true, at
 }
 
-func (r *run) counts(live []*podTrack) (meshed, bypassing, ever int) {
+func (r *runner) counts(live []*podTrack) (meshed, bypassing, ever int) {
 	now := time.Now()
 	for _, p := range live {
 		if !p.fresh(now, 5*time.Second) {
@@ -889,7 +890,7 @@ func (r *run) counts(live []*podTrack) (meshed, bypassing, ever int) {
 	return
 }
 
-func (r *run) report(live []*podTrack) {
+func (r *runner) report(live []*podTrack) {
 	if r.cfg.Progress == nil {
 		return
 	}
@@ -908,7 +909,7 @@ func (r *run) report(live []*podTrack) {
 	r.cfg.Progress(pr)
 }
 
-func (r *run) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
+func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
 	res := &Result{Name: string(r.cfg.Mode), Pods: r.cfg.Pods, Actions: r.actions(),
 		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString()}
 	_, res.BypassingAtEnd, res.EverBypassed = r.counts(live)

@@ -108,47 +108,35 @@ func expandVars(s string, lookup func(string) (string, bool)) string {
 	return b.String()
 }
 
+// envVars is an environment being built: values by name, names in the
+// order they were first set.
+type envVars struct {
+	vars  map[string]string
+	order []string
+}
+
+func (e *envVars) set(k, val string) {
+	if _, ok := e.vars[k]; !ok {
+		e.order = append(e.order, k)
+	}
+	e.vars[k] = val
+}
+
 // env builds the container's environment: PATH and HOSTNAME, envFrom,
 // env (with $(VAR) expansion and valueFrom), KUBECONFIG for the pod's
 // service account; values that are paths are rebased.
 func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Container, v *volumes, rb *rebaser) ([]string, map[string]string, error) {
-	vars := map[string]string{}
-	var order []string
-	set := func(k, val string) {
-		if _, ok := vars[k]; !ok {
-			order = append(order, k)
-		}
-		vars[k] = val
-	}
-	set("PATH", os.Getenv("PATH"))
-	set("HOSTNAME", pod.Name)
+	ev := &envVars{vars: map[string]string{}}
+	vars := ev.vars
+	ev.set("PATH", os.Getenv("PATH"))
+	ev.set("HOSTNAME", pod.Name)
 	for _, ef := range c.EnvFrom {
-		var data map[string]string
-		switch {
-		case ef.ConfigMapRef != nil:
-			cm, err := w.n.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ef.ConfigMapRef.Name, metav1.GetOptions{})
-			if err != nil {
-				if ef.ConfigMapRef.Optional != nil && *ef.ConfigMapRef.Optional {
-					continue
-				}
-				return nil, nil, fmt.Errorf("envFrom configmap %q: %w", ef.ConfigMapRef.Name, err)
-			}
-			data = cm.Data
-		case ef.SecretRef != nil:
-			s, err := w.n.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ef.SecretRef.Name, metav1.GetOptions{})
-			if err != nil {
-				if ef.SecretRef.Optional != nil && *ef.SecretRef.Optional {
-					continue
-				}
-				return nil, nil, fmt.Errorf("envFrom secret %q: %w", ef.SecretRef.Name, err)
-			}
-			data = map[string]string{}
-			for k, b := range s.Data {
-				data[k] = string(b)
-			}
+		data, err := w.envFrom(ctx, pod.Namespace, ef)
+		if err != nil {
+			return nil, nil, err
 		}
 		for k, val := range data {
-			set(ef.Prefix+k, val)
+			ev.set(ef.Prefix+k, val)
 		}
 	}
 	lookup := func(k string) (string, bool) { s, ok := vars[k]; return s, ok }
@@ -156,32 +144,16 @@ func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		val := expandVars(e.Value, lookup)
 		if vf := e.ValueFrom; vf != nil {
 			var err error
-			switch {
-			case vf.FieldRef != nil:
-				val, err = fieldValue(pod, vf.FieldRef.FieldPath)
-			case vf.ConfigMapKeyRef != nil:
-				var cm *corev1.ConfigMap
-				if cm, err = w.n.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, vf.ConfigMapKeyRef.Name, metav1.GetOptions{}); err == nil {
-					val = cm.Data[vf.ConfigMapKeyRef.Key]
-				}
-			case vf.SecretKeyRef != nil:
-				var s *corev1.Secret
-				if s, err = w.n.client.CoreV1().Secrets(pod.Namespace).Get(ctx, vf.SecretKeyRef.Name, metav1.GetOptions{}); err == nil {
-					val = string(s.Data[vf.SecretKeyRef.Key])
-				}
-			case vf.ResourceFieldRef != nil:
-				val = "0" // resources are not simulated
-			}
-			if err != nil {
+			if val, err = w.envValueFrom(ctx, pod, vf, val); err != nil {
 				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		}
-		set(e.Name, val)
+		ev.set(e.Name, val)
 	}
 	// Values from the pod spec are container paths and get rebased; the
 	// ones the node provides (host PATH, KUBECONFIG) are host paths already.
 	fromSpec := map[string]bool{}
-	for _, k := range order {
+	for _, k := range ev.order {
 		fromSpec[k] = true
 	}
 	delete(fromSpec, "PATH")
@@ -190,16 +162,70 @@ func (w *podWorker) env(ctx context.Context, pod *corev1.Pod, c *corev1.Containe
 		fromSpec[e.Name] = true
 	}
 	if _, ok := vars["KUBECONFIG"]; !ok {
-		set("KUBECONFIG", v.kubeconfig)
+		ev.set("KUBECONFIG", v.kubeconfig)
 	}
-	env := make([]string, 0, len(order))
-	for _, k := range order {
+	env := make([]string, 0, len(ev.order))
+	for _, k := range ev.order {
 		if fromSpec[k] {
 			vars[k] = rb.value(vars[k])
 		}
 		env = append(env, k+"="+vars[k])
 	}
 	return env, vars, nil
+}
+
+// envFrom returns the data of an envFrom source; nil when it is an
+// optional one that does not exist.
+func (w *podWorker) envFrom(ctx context.Context, ns string, ef corev1.EnvFromSource) (map[string]string, error) {
+	switch {
+	case ef.ConfigMapRef != nil:
+		cm, err := w.n.client.CoreV1().ConfigMaps(ns).Get(ctx, ef.ConfigMapRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if ef.ConfigMapRef.Optional != nil && *ef.ConfigMapRef.Optional {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("envFrom configmap %q: %w", ef.ConfigMapRef.Name, err)
+		}
+		return cm.Data, nil
+	case ef.SecretRef != nil:
+		s, err := w.n.client.CoreV1().Secrets(ns).Get(ctx, ef.SecretRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if ef.SecretRef.Optional != nil && *ef.SecretRef.Optional {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("envFrom secret %q: %w", ef.SecretRef.Name, err)
+		}
+		data := map[string]string{}
+		for k, b := range s.Data {
+			data[k] = string(b)
+		}
+		return data, nil
+	}
+	return nil, nil
+}
+
+// envValueFrom resolves an env entry's valueFrom; val is the entry's value,
+// kept when valueFrom names no source.
+func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, vf *corev1.EnvVarSource, val string) (string, error) {
+	switch {
+	case vf.FieldRef != nil:
+		return fieldValue(pod, vf.FieldRef.FieldPath)
+	case vf.ConfigMapKeyRef != nil:
+		cm, err := w.n.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, vf.ConfigMapKeyRef.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return cm.Data[vf.ConfigMapKeyRef.Key], nil
+	case vf.SecretKeyRef != nil:
+		s, err := w.n.client.CoreV1().Secrets(pod.Namespace).Get(ctx, vf.SecretKeyRef.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return string(s.Data[vf.SecretKeyRef.Key]), nil
+	case vf.ResourceFieldRef != nil:
+		return "0", nil // resources are not simulated
+	}
+	return val, nil
 }
 
 // credential returns the runAsUser/runAsGroup of the container (falling

@@ -327,48 +327,83 @@ func (w *podWorker) sync(pod *corev1.Pod) {
 		t := metav1.Now()
 		w.startTime = &t
 	}
-	if w.finished {
+	if w.finished || !w.ensureVolumes(ctx, pod, now) || !w.ensureSandbox(ctx, pod, now) {
 		w.writeStatus(ctx, pod)
 		return
 	}
-	if w.vols == nil {
-		if now.Before(w.nextTry) {
-			w.writeStatus(ctx, pod)
-			return
-		}
-		v, err := w.setupVolumes(ctx, pod)
-		if err != nil {
-			if err.Error() != w.volErr {
-				w.event(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: %v", err)
-				w.logf(pod, "volumes: %v", err)
+	w.reapContainers(pod)
+	w.stepInit(ctx, pod, now)
+	if w.initDone && !w.failedInit {
+		for _, c := range w.ctrs {
+			if c.p != nil {
+				continue
 			}
-			w.volErr = err.Error()
-			w.nextTry = now.Add(w.n.cfg.SyncRetry)
-			w.writeStatus(ctx, pod)
-			return
+			if (c.runs == 0 || w.willRestart(pod, c)) && !now.Before(c.nextStart) {
+				w.start(ctx, pod, c)
+			}
 		}
-		w.vols, w.volErr = v, ""
-	} else if err := w.refreshVolumes(ctx, pod, w.vols, false); err != nil {
-		w.logf(pod, "refresh volumes: %v", err)
 	}
-	if w.sb == nil && !pod.Spec.HostNetwork {
-		if now.Before(w.nextTry) {
-			w.writeStatus(ctx, pod)
-			return
-		}
-		sb, err := w.n.createSandbox(ctx, pod)
-		if err != nil {
-			w.sbErr = err.Error()
-			w.nextTry = time.Now().Add(w.n.cfg.SyncRetry)
-			w.logf(pod, "sandbox: %v", err)
-			w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			w.writeStatus(ctx, pod)
-			return
-		}
-		w.sb, w.sbErr = sb, ""
-		w.logf(pod, "sandbox %s: netns %s, IPs %v", sb.id[:12], sb.netnsName, sb.ips)
+	if ph := w.phase(pod); ph == corev1.PodSucceeded || ph == corev1.PodFailed {
+		// A finished pod keeps no running sidecar and no sandbox.
+		w.stopAll(pod, w.gracePeriod(pod))
+		w.destroySandbox(pod)
+		w.finished = true
+		w.logf(pod, "finished: %s", ph)
 	}
+	w.writeStatus(ctx, pod)
+}
 
+// ensureVolumes sets the pod's volumes up (retrying after SyncRetry) or
+// refreshes them; false when they are not there yet.
+func (w *podWorker) ensureVolumes(ctx context.Context, pod *corev1.Pod, now time.Time) bool {
+	if w.vols != nil {
+		if err := w.refreshVolumes(ctx, pod, w.vols, false); err != nil {
+			w.logf(pod, "refresh volumes: %v", err)
+		}
+		return true
+	}
+	if now.Before(w.nextTry) {
+		return false
+	}
+	v, err := w.setupVolumes(ctx, pod)
+	if err != nil {
+		if err.Error() != w.volErr {
+			w.event(pod, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: %v", err)
+			w.logf(pod, "volumes: %v", err)
+		}
+		w.volErr = err.Error()
+		w.nextTry = now.Add(w.n.cfg.SyncRetry)
+		return false
+	}
+	w.vols, w.volErr = v, ""
+	return true
+}
+
+// ensureSandbox creates the pod's sandbox through the CNI chain (retrying
+// after SyncRetry); false when it is not there yet.
+func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod, now time.Time) bool {
+	if w.sb != nil || pod.Spec.HostNetwork {
+		return true
+	}
+	if now.Before(w.nextTry) {
+		return false
+	}
+	sb, err := w.n.createSandbox(ctx, pod)
+	if err != nil {
+		w.sbErr = err.Error()
+		w.nextTry = time.Now().Add(w.n.cfg.SyncRetry)
+		w.logf(pod, "sandbox: %v", err)
+		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		return false
+	}
+	w.sb, w.sbErr = sb, ""
+	w.logf(pod, "sandbox %s: netns %s, IPs %v", sb.id[:12], sb.netnsName, sb.ips)
+	return true
+}
+
+// reapContainers records the containers that exited and restarts the ones
+// that failed their liveness probe.
+func (w *podWorker) reapContainers(pod *corev1.Pod) {
 	for _, c := range w.all() {
 		if c.p == nil {
 			continue
@@ -385,7 +420,12 @@ func (w *podWorker) sync(pod *corev1.Pod) {
 			w.exited(pod, c)
 		}
 	}
+}
 
+// stepInit runs the init containers in order (sidecars keep running) and
+// sets initDone once all have succeeded, failedInit when one failed and
+// the pod never restarts.
+func (w *podWorker) stepInit(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	policy := pod.Spec.RestartPolicy
 	initDone := true
 	for _, c := range w.init {
@@ -418,24 +458,6 @@ func (w *podWorker) sync(pod *corev1.Pod) {
 	if initDone && !w.initDone {
 		w.initDone = true
 	}
-	if w.initDone && !w.failedInit {
-		for _, c := range w.ctrs {
-			if c.p != nil {
-				continue
-			}
-			if (c.runs == 0 || w.willRestart(pod, c)) && !now.Before(c.nextStart) {
-				w.start(ctx, pod, c)
-			}
-		}
-	}
-	if ph := w.phase(pod); ph == corev1.PodSucceeded || ph == corev1.PodFailed {
-		// A finished pod keeps no running sidecar and no sandbox.
-		w.stopAll(pod, w.gracePeriod(pod))
-		w.destroySandbox(pod)
-		w.finished = true
-		w.logf(pod, "finished: %s", ph)
-	}
-	w.writeStatus(ctx, pod)
 }
 
 func (w *podWorker) gracePeriod(pod *corev1.Pod) time.Duration {
@@ -517,6 +539,22 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 		StartTime: w.startTime,
 		QOSClass:  pod.Status.QOSClass,
 	}
+	if ips := w.podIPs(pod, nodeIP); len(ips) > 0 {
+		st.PodIP = ips[0]
+		for _, ip := range ips {
+			st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
+		}
+	}
+	sandboxReady := (pod.Spec.HostNetwork && w.vols != nil) || w.sb != nil
+	var unready, uninit []string
+	st.InitContainerStatuses, st.ContainerStatuses, unready, uninit = w.containerStatuses(pod, sandboxReady)
+	st.Conditions = w.conditions(pod, phase, sandboxReady, unready, uninit)
+	return st
+}
+
+// podIPs are the node's IP for a host-network pod, else the sandbox's; a
+// finished pod keeps the IPs it had.
+func (w *podWorker) podIPs(pod *corev1.Pod, nodeIP string) []string {
 	var ips []string
 	if pod.Spec.HostNetwork {
 		ips = []string{nodeIP}
@@ -529,13 +567,13 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 			ips = append(ips, ip.IP) // kubelet keeps the IPs of a finished pod
 		}
 	}
-	if len(ips) > 0 {
-		st.PodIP = ips[0]
-		for _, ip := range ips {
-			st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
-		}
-	}
-	sandboxReady := (pod.Spec.HostNetwork && w.vols != nil) || w.sb != nil
+	return ips
+}
+
+// containerStatuses are the statuses of the init and regular containers,
+// with the names of the containers not ready and of the init containers
+// not done.
+func (w *podWorker) containerStatuses(pod *corev1.Pod, sandboxReady bool) (inits, ctrs []corev1.ContainerStatus, unready, uninit []string) {
 	for _, c := range w.init {
 		s := c.status(w.willRestart(pod, c))
 		if c.p == nil && c.last == nil && c.waiting == "" {
@@ -544,9 +582,8 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 				s.State.Waiting.Reason = "ContainerCreating"
 			}
 		}
-		st.InitContainerStatuses = append(st.InitContainerStatuses, s)
+		inits = append(inits, s)
 	}
-	var unready, uninit []string
 	for _, c := range w.ctrs {
 		s := c.status(w.willRestart(pod, c))
 		if c.p == nil && c.last == nil && c.waiting == "" {
@@ -559,7 +596,7 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 		if !s.Ready {
 			unready = append(unready, c.spec.Name)
 		}
-		st.ContainerStatuses = append(st.ContainerStatuses, s)
+		ctrs = append(ctrs, s)
 	}
 	for _, c := range w.init {
 		if c.sidecar && !(c.p != nil && c.ps.ready.Load()) {
@@ -569,35 +606,30 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 			uninit = append(uninit, c.spec.Name)
 		}
 	}
-	list := func(s []string) string { return "[" + strings.Join(s, " ") + "]" }
+	return inits, ctrs, unready, uninit
+}
+
+func bracketList(s []string) string { return "[" + strings.Join(s, " ") + "]" }
+
+// conditions are the pod conditions kubelet reports.
+func (w *podWorker) conditions(pod *corev1.Pod, phase corev1.PodPhase, sandboxReady bool, unready, uninit []string) []corev1.PodCondition {
 	var conds []corev1.PodCondition
 	conds = append(conds, w.condition(corev1.PodReadyToStartContainers, sandboxReady && !w.finished, "", ""))
 	conds = append(conds, w.condition(corev1.PodInitialized, w.initDone, "ContainersNotInitialized",
-		"containers with incomplete status: "+list(uninit)))
+		"containers with incomplete status: "+bracketList(uninit)))
 	switch {
 	case phase == corev1.PodSucceeded || phase == corev1.PodFailed:
 		conds = append(conds, w.condition(corev1.ContainersReady, false, "PodCompleted", ""))
 		conds = append(conds, w.condition(corev1.PodReady, false, "PodCompleted", ""))
 	case len(unready) > 0:
-		msg := "containers with unready status: " + list(unready)
+		msg := "containers with unready status: " + bracketList(unready)
 		conds = append(conds, w.condition(corev1.ContainersReady, false, "ContainersNotReady", msg))
 		conds = append(conds, w.condition(corev1.PodReady, false, "ContainersNotReady", msg))
 	default:
 		conds = append(conds, w.condition(corev1.ContainersReady, true, "", ""))
-		var gates []string
-		for _, g := range pod.Spec.ReadinessGates {
-			ok := false
-			for _, pc := range pod.Status.Conditions {
-				if pc.Type == g.ConditionType && pc.Status == corev1.ConditionTrue {
-					ok = true
-				}
-			}
-			if !ok {
-				gates = append(gates, string(g.ConditionType))
-			}
-		}
+		gates := unmetGates(pod)
 		conds = append(conds, w.condition(corev1.PodReady, len(gates) == 0, "ReadinessGatesNotReady",
-			"corresponding condition of pod readiness gate "+list(gates)+" does not exist or is not True"))
+			"corresponding condition of pod readiness gate "+bracketList(gates)+" does not exist or is not True"))
 	}
 	// kubelet reports PodScheduled too, also for pods bound without the
 	// scheduler.
@@ -608,8 +640,24 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 	if !scheduled {
 		conds = append(conds, w.condition(corev1.PodScheduled, true, "", ""))
 	}
-	st.Conditions = conds
-	return st
+	return conds
+}
+
+// unmetGates are the pod's readiness gates whose condition is not True.
+func unmetGates(pod *corev1.Pod) []string {
+	var gates []string
+	for _, g := range pod.Spec.ReadinessGates {
+		ok := false
+		for _, pc := range pod.Status.Conditions {
+			if pc.Type == g.ConditionType && pc.Status == corev1.ConditionTrue {
+				ok = true
+			}
+		}
+		if !ok {
+			gates = append(gates, string(g.ConditionType))
+		}
+	}
+	return gates
 }
 
 var ownConditions = map[corev1.PodConditionType]bool{

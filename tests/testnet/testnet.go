@@ -457,3 +457,14 @@ func run(name string, args ...string) error {
 	}
 	return nil
 }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free when asked (a
+// process may take it before the caller binds it).
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
