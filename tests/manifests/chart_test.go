@@ -27,7 +27,7 @@ import (
 // kustomization that must render the same objects.
 type chartProfile struct {
 	values    string // file under the chart's profiles/, "" for values.yaml alone
-	overlay   string // key of overlays
+	overlay   string // kustomization directory under manifests/
 	component string // component under manifests/components/ added to the overlay, or ""
 }
 
@@ -36,10 +36,11 @@ type chartProfile struct {
 // (chartPlatformProfiles).
 var chartProfiles = map[string]chartProfile{
 	"default":                     {overlay: "base"},
-	"audit":                       {values: "audit.yaml", overlay: "audit"},
-	"delete":                      {values: "delete.yaml", overlay: "delete"},
-	"label":                       {values: "label.yaml", overlay: "label"},
+	"audit":                       {values: "audit.yaml", overlay: "overlays/audit"},
+	"delete":                      {values: "delete.yaml", overlay: "overlays/delete"},
+	"label":                       {values: "label.yaml", overlay: "overlays/label"},
 	"without-prometheus-operator": {values: "without-prometheus-operator.yaml", overlay: "base", component: "without-prometheus-operator"},
+	"repair-only":                 {values: "repair-only.yaml", overlay: "overlays/repair-only"},
 }
 
 // chartPlatformProfiles adapt the default to a platform; what each changes
@@ -240,11 +241,11 @@ func compareObjects(tb testing.TB, helmName string, helmObjs []*unstructured.Uns
 
 func kustomizeProfile(tb testing.TB, p chartProfile) []*unstructured.Unstructured {
 	tb.Helper()
-	if p.component == "" {
-		return buildOverlay(tb, p.overlay)
-	}
 	root := manifestsDir(tb)
-	return buildWithComponent(tb, filepath.Join(root, overlays[p.overlay]), filepath.Join(root, "components", p.component))
+	if p.component == "" {
+		return build(tb, filepath.Join(root, p.overlay))
+	}
+	return buildWithComponent(tb, filepath.Join(root, p.overlay), filepath.Join(root, "components", p.component))
 }
 
 func profileFiles(p chartProfile) []string {
@@ -264,7 +265,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want := kustomizeProfile(t, p)
 			got := renderChart(t, chartValues(t, profileFiles(p), "namespace.create=true"))
-			kust := "kustomize " + overlays[p.overlay]
+			kust := "kustomize " + p.overlay
 			if p.component != "" {
 				kust += " + components/" + p.component
 			}
