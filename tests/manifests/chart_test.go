@@ -39,6 +39,7 @@ var chartProfiles = map[string]chartProfile{
 	"delete":                      {values: "delete.yaml", overlay: "delete"},
 	"label":                       {values: "label.yaml", overlay: "label"},
 	"without-prometheus-operator": {values: "without-prometheus-operator.yaml", overlay: "base", component: "without-prometheus-operator"},
+	"node-startup-taint":          {values: "node-startup-taint.yaml", overlay: "base", component: "node-startup-taint"},
 }
 
 // chartPlatformProfiles adapt the default to a platform; what each changes
