@@ -76,6 +76,10 @@ type Config struct {
 	// SandboxSlack is the controller's --sandbox-slack in the
 	// sandbox-recreated run [5s].
 	SandboxSlack time.Duration
+	// TaintByPolicy (prevention): the node registers with no taint; the
+	// MutatingAdmissionPolicy of manifests/components/node-startup-taint,
+	// installed for the run, adds the startup taint when it is created.
+	TaintByPolicy bool
 	// Progress, when set, is called about once a second.
 	Progress func(Progress)
 }
@@ -233,6 +237,12 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 	r.defer_(func() { os.RemoveAll(r.dir) })
 
+	if r.cfg.TaintByPolicy {
+		r.setPhase("installing the startup-taint admission policy")
+		if err := r.installStartupTaintPolicy(ctx); err != nil {
+			return nil, err
+		}
+	}
 	r.setPhase("starting the node")
 	if err := r.startNode(ctx); err != nil {
 		return nil, err
@@ -428,7 +438,7 @@ func (r *run) startNode(ctx context.Context) error {
 	if r.e.Bins.Check != "" {
 		cfg.Programs["consul-cni-check"] = r.e.Bins.Check
 	}
-	if r.cfg.Mode == Prevention {
+	if r.cfg.Mode == Prevention && !r.cfg.TaintByPolicy {
 		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	n, err := simnode.Start(ctx, cfg)
