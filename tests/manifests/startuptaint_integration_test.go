@@ -5,11 +5,16 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -193,4 +198,98 @@ func sameTaints(got, want []corev1.Taint) bool {
 		}
 	}
 	return true
+}
+
+// TestNodeStartupTaintWithoutController: with the policy and no repair
+// controller, a simulated node that registers with no taint of its own is
+// tainted; the installer DaemonSet (it tolerates the taint) still runs
+// there and becomes Ready, an ordinary pod is refused by the scheduler for
+// the taint (the node's only one), and the taint stays: nothing else lifts
+// it.
+func TestNodeStartupTaintWithoutController(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", "consul-cni-installer")); err != nil {
+		t.Skip("cmd/consul-cni-installer is not in this tree")
+	}
+	c := cluster.Shared(t)
+	installStartupTaintPolicy(t, c)
+	a := newApplier(t, c)
+	ctx := context.Background()
+	programs := simnode.ProjectPrograms(t)
+	node := simnode.StartForTest(t, c, testnet.Reserve(t), func(cfg *simnode.Config) {
+		cfg.Taints = nil
+		for k, v := range programs {
+			cfg.Programs[k] = v
+		}
+	})
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(startupTaints(n)) != 1 {
+		t.Fatalf("node %s registered with taints %v, want the startup taint from the policy", n.Name, n.Spec.Taints)
+	}
+
+	// The installer and what it needs; no controller.
+	for _, o := range buildOverlay(t, "base") {
+		if gvkOf(o).Group == monitoringGroup {
+			continue
+		}
+		if o.GetKind() == "Namespace" || o.GetName() == installerName || o.GetName() == admissionPolicyName {
+			if _, err := a.apply(ctx, o, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() { deleteWorkloads(t, c) })
+	eventually(t, 4*time.Minute, "installer pod Ready on "+node.Name(), func() error {
+		return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+installerName, node.Name(), 1)
+	})
+	// Once the node is Ready its only taint is the startup taint.
+	eventually(t, 2*time.Minute, "node "+node.Name()+" tainted with the startup taint only", func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(n.Spec.Taints) != 1 || len(startupTaints(n)) != 1 {
+			return fmt.Errorf("taints %v", n.Spec.Taints)
+		}
+		return nil
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "untolerating-" + node.Name(), Namespace: namespace},
+		Spec: corev1.PodSpec{
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node.Name()}}}}},
+			}}},
+			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}},
+		},
+	}
+	if _, err := c.Client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Pods(namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+
+	eventually(t, 2*time.Minute, "the scheduler refuses the ordinary pod for the taint", func() error {
+		p, err := c.Client.CoreV1().Pods(namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod %s was bound to %s, a node with the startup taint", p.Name, p.Spec.NodeName)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, "untolerated taint") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", p.Status.Conditions)
+	})
+	if n, err = c.Client.CoreV1().Nodes().Get(ctx, node.Name(), metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Spec.Taints) != 1 || len(startupTaints(n)) != 1 || n.Labels[annotations.LabelCNIReady] != "" {
+		t.Errorf("node %s without a controller: taints %v, labels %v; want the startup taint and no readiness label", n.Name, n.Spec.Taints, n.Labels)
+	}
 }
