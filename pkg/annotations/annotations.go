@@ -74,6 +74,12 @@ const (
 	// TaintCNINotReady is the default key of the startup taint removed from
 	// a node once its CNI is ready.
 	TaintCNINotReady = "consul.hashicorp.com/cni-not-ready"
+	// LabelCNIStartupTaint set to LabelCNIStartupTaintOptOut on a Node
+	// keeps the optional admission policy (component node-startup-taint)
+	// from adding the startup taint when the Node is created: node pools
+	// without Consul.
+	LabelCNIStartupTaint       = "consul.hashicorp.com/cni-startup-taint"
+	LabelCNIStartupTaintOptOut = "false"
 	// LabelInstallerMode on a CNI installer pod set to
 	// InstallerModeUninstall says the pod removes the plugin from its node:
 	// the node is not CNI ready, loses the readiness label and the startup

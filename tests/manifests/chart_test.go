@@ -41,6 +41,7 @@ var chartProfiles = map[string]chartProfile{
 	"label":                       {values: "label.yaml", overlay: "overlays/label"},
 	"without-prometheus-operator": {values: "without-prometheus-operator.yaml", overlay: "base", component: "without-prometheus-operator"},
 	"repair-only":                 {values: "repair-only.yaml", overlay: "overlays/repair-only"},
+	"node-startup-taint":          {values: "node-startup-taint.yaml", overlay: "base", component: "node-startup-taint"},
 }
 
 // chartPlatformProfiles adapt the default to a platform; what each changes

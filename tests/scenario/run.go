@@ -77,6 +77,10 @@ type Config struct {
 	// SandboxSlack is the controller's --sandbox-slack in the
 	// sandbox-recreated run [5s].
 	SandboxSlack time.Duration
+	// TaintByPolicy (prevention): the node registers with no taint; the
+	// MutatingAdmissionPolicy of manifests/components/node-startup-taint,
+	// installed for the run, adds the startup taint when it is created.
+	TaintByPolicy bool
 	// Progress, when set, is called about once a second.
 	Progress func(Progress)
 }
@@ -256,6 +260,12 @@ func (r *runner) setUp(ctx context.Context) error {
 	}
 	r.onCleanup(func() { os.RemoveAll(r.dir) })
 
+	if r.cfg.TaintByPolicy {
+		r.setPhase("installing the startup-taint admission policy")
+		if err := r.installStartupTaintPolicy(ctx); err != nil {
+			return err
+		}
+	}
 	r.setPhase("starting the node")
 	if err := r.startNode(ctx); err != nil {
 		return err
@@ -438,7 +448,7 @@ func (r *runner) startNode(ctx context.Context) error {
 	if r.e.Bins.Check != "" {
 		cfg.Programs["consul-cni-check"] = r.e.Bins.Check
 	}
-	if r.cfg.Mode == Prevention {
+	if r.cfg.Mode == Prevention && !r.cfg.TaintByPolicy {
 		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	n, err := simnode.Start(ctx, cfg)

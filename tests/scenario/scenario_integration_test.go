@@ -111,14 +111,20 @@ func TestRaceRepair(t *testing.T) {
 // node for real; the repair controller labels the node and removes the taint
 // once that pod is Ready; the pods then land, and not one connection of
 // theirs bypasses the proxy.
-func TestRacePrevention(t *testing.T) {
+func TestRacePrevention(t *testing.T) { testPrevention(t, false) }
+
+// The same with no change to the node: it registers with no taint, and the
+// MutatingAdmissionPolicy of components/node-startup-taint adds it.
+func TestRacePreventionByPolicy(t *testing.T) { testPrevention(t, true) }
+
+func testPrevention(t *testing.T, byPolicy bool) {
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &readinessWitness{cs: c.Client, scheduled: map[string]time.Time{}}
 	w.start(ctx, t)
 
-	res := run(t, scenario.Config{Mode: scenario.Prevention, Pods: pods, CNIDelay: 3 * time.Second, Observe: 10 * time.Second})
+	res := run(t, scenario.Config{Mode: scenario.Prevention, TaintByPolicy: byPolicy, Pods: pods, CNIDelay: 3 * time.Second, Observe: 10 * time.Second})
 
 	// Ground truth by traffic: every pod meshed, never a bypass, and the
 	// external service never heard from any of them.
