@@ -496,7 +496,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 				continue
 			}
 			log.V(4).Info("File event", "event", ev.String())
-			debounce.Reset(in.cfg.Debounce)
+			debounce.Reset(in.debounceFor(ev))
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("file watcher closed")
