@@ -88,7 +88,7 @@ func TestMigrationFromConsulK8sInstaller(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Both run: the stand-in has chained, ours put its own back.
-		waitFor(t, "the stand-in installed its binary", func() error {
+		waitFor(t, "the binary written again after the stand-in started", func() error {
 			if bin, _ := wc.counts(); bin == 0 {
 				return errors.New("no write of the binary yet")
 			}
