@@ -483,6 +483,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 	defer resync.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
+	var due time.Time // when the pending debounced pass runs; zero when none
 	for {
 		select {
 		case <-ctx.Done():
@@ -496,13 +497,14 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 				continue
 			}
 			log.V(4).Info("File event", "event", ev.String())
-			debounce.Reset(in.debounceFor(ev))
+			due = schedule(debounce, due, in.debounceFor(ev), time.Now())
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("file watcher closed")
 			}
 			log.Error(err, "File watcher error; relying on the periodic pass")
 		case <-debounce.C:
+			due = time.Time{}
 			pass()
 		case <-recheck.C:
 			pass()

@@ -38,3 +38,16 @@ func (in *Installer) debounceFor(ev fsnotify.Event) time.Duration {
 	}
 	return in.cfg.Debounce
 }
+
+// schedule sets the debounce timer to fire after d, unless a pass already
+// pending (due, zero when none) would run sooner than that: a restore
+// scheduled after a removal is not pushed back by the events of the writes
+// that follow. It returns when the pending pass runs.
+func schedule(t *time.Timer, due time.Time, d time.Duration, now time.Time) time.Time {
+	next := now.Add(d)
+	if !due.IsZero() && due.Before(next) {
+		return due
+	}
+	t.Reset(d)
+	return next
+}

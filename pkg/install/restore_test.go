@@ -32,3 +32,22 @@ func TestDebounceFor(t *testing.T) {
 		}
 	}
 }
+
+func TestScheduleKeepsTheSoonerPass(t *testing.T) {
+	tm := time.NewTimer(time.Hour)
+	defer tm.Stop()
+	now := time.Unix(1000, 0)
+	due := schedule(tm, time.Time{}, restoreDebounce, now)
+	if want := now.Add(restoreDebounce); !due.Equal(want) {
+		t.Fatalf("first schedule: due %v, want %v", due, want)
+	}
+	// A write event right after must not push the restore back.
+	if got := schedule(tm, due, 200*time.Millisecond, now.Add(time.Millisecond)); !got.Equal(due) {
+		t.Fatalf("later, longer debounce moved the pending pass to %v, want %v", got, due)
+	}
+	// A removal while a long debounce is pending brings the pass forward.
+	long := schedule(tm, time.Time{}, time.Hour, now)
+	if got := schedule(tm, long, restoreDebounce, now); !got.Equal(now.Add(restoreDebounce)) {
+		t.Fatalf("removal during a long debounce: due %v, want %v", got, now.Add(restoreDebounce))
+	}
+}
