@@ -117,7 +117,7 @@ func (n node) args(sub string, extra ...string) []string {
 
 // start runs `consul-cni-installer run` with a kubeconfig that reads the
 // pod's token file, as simulated nodes give containers.
-func (n node) start(t *testing.T, c *cluster.Cluster, ip *installerPod) *proc.Process {
+func (n node) start(t *testing.T, c *cluster.Cluster, ip *installerPod, extra ...string) *proc.Process {
 	t.Helper()
 	cfg := rest.AnonymousClientConfig(c.Config)
 	cfg.BearerTokenFile = ip.tokenFile
@@ -125,7 +125,7 @@ func (n node) start(t *testing.T, c *cluster.Cluster, ip *installerPod) *proc.Pr
 	if err := cluster.WriteKubeconfig(kc, cfg, ip.name); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(n.installer, n.args("run", "--kubeconfig", kc, "--resync", "2s", "-v", "2")...)
+	cmd := exec.Command(n.installer, n.args("run", append([]string{"--kubeconfig", kc, "--resync", "2s", "-v", "2"}, extra...)...)...)
 	log, err := os.Create(filepath.Join(t.TempDir(), ip.name+".log"))
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,10 @@ const (
 	// TokenFileName is the copy of the installer's service-account token
 	// the plugin's kubeconfig points at with tokenFile.
 	TokenFileName = "ZZZ-consul-cni-token"
+	// OwnerFileName records which installer version wrote the binary and
+	// the entry last (see owner.go): an older installer never overwrites
+	// what a newer one wrote.
+	OwnerFileName = "ZZZ-consul-cni-owner"
 	// BackupSuffix is appended to a single-network file (.conf/.json) once
 	// it has been converted into a .conflist, so that the runtime no longer
 	// reads it, and to a .conflist the conversion had to replace.

@@ -28,6 +28,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
 // Config is what the installer works on. Directories come in two views:
@@ -62,6 +64,9 @@ type Config struct {
 	// token is in the plugin's token file.
 	Recheck time.Duration
 	Metrics *Metrics
+	// Version is this installer's version (default version.Version): an
+	// installer never overwrites what a newer one installed (owner.go).
+	Version string
 }
 
 // Installer keeps consul-cni installed and chained.
@@ -90,6 +95,9 @@ func New(cfg Config) (*Installer, error) {
 	}
 	if cfg.Recheck <= 0 {
 		cfg.Recheck = 2 * time.Second
+	}
+	if cfg.Version == "" {
+		cfg.Version = version.Version
 	}
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "info"
@@ -127,6 +135,9 @@ type Status struct {
 	// Recheck is true while the token file holds the token of another
 	// installer that still runs (a rolling update): look again soon.
 	Recheck bool
+	// YieldedTo is the version of a newer installer that owns the node's
+	// installation; this pass then wrote nothing.
+	YieldedTo string
 }
 
 // Reconcile makes one pass: binary, token and kubeconfig, then the chain.
@@ -158,6 +169,10 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 	}
 	if in.cfg.PluginBinary == "" {
 		return st, errors.New("no plugin binary to install")
+	}
+	st, yielded := in.yieldToNewer(ctx, st)
+	if yielded {
+		return st, nil
 	}
 	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, PluginType)
 	if err != nil {
@@ -441,6 +456,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 	defer resync.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
+	var due time.Time // when the pending debounced pass runs; zero when none
 	for {
 		select {
 		case <-ctx.Done():
@@ -454,13 +470,14 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 				continue
 			}
 			log.V(4).Info("File event", "event", ev.String())
-			debounce.Reset(in.cfg.Debounce)
+			due = schedule(debounce, due, in.debounceFor(ev), time.Now())
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("file watcher closed")
 			}
 			log.Error(err, "File watcher error; relying on the periodic pass")
 		case <-debounce.C:
+			due = time.Time{}
 			pass()
 		case <-recheck.C:
 			pass()
@@ -543,7 +560,9 @@ func (in *Installer) Ready() error {
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("plugin binary %s is not an executable file", bin)
 	}
-	if in.cfg.PluginBinary != "" {
+	if o, newer := in.newerOwner(context.Background()); newer {
+		klog.V(4).InfoS("A newer installer owns the plugin binary", "owner", o.Version)
+	} else if in.cfg.PluginBinary != "" {
 		same, err := sameBinary(in.cfg.PluginBinary, bin)
 		if err != nil {
 			return fmt.Errorf("comparing plugin binaries: %w", err)

@@ -61,7 +61,7 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 		return res, fmt.Errorf("consul-cni entries came back in %v; the plugin's binary and credentials are kept", ours)
 	}
 	var errs []error
-	for _, f := range []string{filepath.Join(in.cfg.NetDir, KubeconfigFileName), filepath.Join(in.cfg.NetDir, TokenFileName)} {
+	for _, f := range []string{filepath.Join(in.cfg.NetDir, KubeconfigFileName), filepath.Join(in.cfg.NetDir, TokenFileName), filepath.Join(in.cfg.NetDir, OwnerFileName)} {
 		errs = append(errs, in.remove(f, &res))
 	}
 	if len(foreign) > 0 {
@@ -280,7 +280,7 @@ func (in *Installer) Leftovers() ([]string, error) {
 			}
 		}
 	}
-	for _, f := range []string{KubeconfigFileName, TokenFileName} {
+	for _, f := range []string{KubeconfigFileName, TokenFileName, OwnerFileName} {
 		if exists(filepath.Join(in.cfg.NetDir, f)) {
 			left = append(left, f)
 		}

@@ -141,7 +141,7 @@ func TestLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", KubeconfigFileName, TokenFileName, PluginType}
+	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", KubeconfigFileName, TokenFileName, OwnerFileName, PluginType}
 	if strings.Join(left, ",") != strings.Join(want, ",") {
 		t.Fatalf("leftovers %v, want %v", left, want)
 	}

@@ -190,6 +190,7 @@ func nodeClean(ctx context.Context, cs kubernetes.Interface, name string) error 
 func assertNothingOfOurs(t *testing.T, n *simnode.Node) {
 	t.Helper()
 	for _, f := range []string{filepath.Join(n.ConfDir(), install.KubeconfigFileName), filepath.Join(n.ConfDir(), install.TokenFileName),
+		filepath.Join(n.ConfDir(), install.OwnerFileName),
 		filepath.Join(n.BinDir(), install.PluginType)} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("node %s: %s left", n.Name(), f)

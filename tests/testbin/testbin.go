@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -114,6 +115,14 @@ func Project(tb TB, name string) string {
 	return build(tb, name, "./cmd/"+name)
 }
 
+// ProjectVersion returns cmd/<name> built with version.Version stamped as
+// v (as the Makefile's LDFLAGS do), as <Dir()>/<name>-<v>; tests of two
+// versions side by side use it.
+func ProjectVersion(tb TB, name, v string) string {
+	tb.Helper()
+	return build(tb, name+"-"+v, "./cmd/"+name, "-X", "github.com/consul-cni-repair/consul-cni-repair/pkg/version.Version="+v)
+}
+
 // Package builds any main package of the module (a path relative to the
 // repository root such as "./tests/cmd/podprog", or a tool dependency's
 // import path) as <Dir()>/<name>.
@@ -133,7 +142,7 @@ func CNIPluginDir(tb TB) string {
 	return dir
 }
 
-func build(tb TB, name, pkg string) string {
+func build(tb TB, name, pkg string, ldflags ...string) string {
 	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
@@ -159,7 +168,11 @@ func build(tb TB, name, pkg string) string {
 	// Build beside the target and rename, so concurrent test processes
 	// never see a half-written executable.
 	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-o", tmp, pkg)
+	args := []string{"build", "-o", tmp}
+	if len(ldflags) > 0 {
+		args = append(args, "-ldflags", strings.Join(ldflags, " "))
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -1,0 +1,53 @@
+package install
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// restoreDebounce is how soon a pass follows an event that can only mean
+// something of the installation was taken away: one of our files removed
+// or renamed away, or a network configuration replaced by a rename (an
+// atomic write, complete when the event arrives). Another installer
+// cleaning up on its way out (consul-k8s's install-cni removes the
+// consul-cni entry, the binary and the kubeconfig on SIGTERM) is the case
+// it is for: new sandboxes are created without the plugin until the pass
+// puts everything back. Every other event waits Config.Debounce for its
+// writer to finish.
+const restoreDebounce = 5 * time.Millisecond
+
+// debounceFor returns how long Run waits after ev before its pass.
+func (in *Installer) debounceFor(ev fsnotify.Event) time.Duration {
+	dir, base := filepath.Split(ev.Name)
+	dir = filepath.Clean(dir)
+	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+		switch {
+		case dir == filepath.Clean(in.cfg.BinDir) && base == PluginType,
+			dir == filepath.Clean(in.cfg.NetDir) && (base == KubeconfigFileName || base == TokenFileName):
+			return restoreDebounce
+		}
+	}
+	if ev.Has(fsnotify.Create) && dir == filepath.Clean(in.cfg.NetDir) {
+		for _, ext := range configExtensions {
+			if filepath.Ext(base) == ext {
+				return restoreDebounce
+			}
+		}
+	}
+	return in.cfg.Debounce
+}
+
+// schedule sets the debounce timer to fire after d, unless a pass already
+// pending (due, zero when none) would run sooner than that: a restore
+// scheduled after a removal is not pushed back by the events of the writes
+// that follow. It returns when the pending pass runs.
+func schedule(t *time.Timer, due time.Time, d time.Duration, now time.Time) time.Time {
+	next := now.Add(d)
+	if !due.IsZero() && due.Before(next) {
+		return due
+	}
+	t.Reset(d)
+	return next
+}

@@ -1,0 +1,53 @@
+package install
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+func TestDebounceFor(t *testing.T) {
+	n := newNode(t)
+	in := n.installer(t, func(c *Config) { c.Debounce = time.Second })
+	for _, c := range []struct {
+		name string
+		op   fsnotify.Op
+		want time.Duration
+	}{
+		{filepath.Join(n.bin, PluginType), fsnotify.Remove, restoreDebounce},
+		{filepath.Join(n.bin, PluginType), fsnotify.Rename, restoreDebounce},
+		{filepath.Join(n.bin, PluginType), fsnotify.Write, time.Second},
+		{filepath.Join(n.bin, "ptp"), fsnotify.Remove, time.Second},
+		{filepath.Join(n.net, KubeconfigFileName), fsnotify.Remove, restoreDebounce},
+		{filepath.Join(n.net, TokenFileName), fsnotify.Rename, restoreDebounce},
+		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Create, restoreDebounce},
+		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Write, time.Second},
+		{filepath.Join(n.net, "10-kindnet.conflist.install-cni.tmp"), fsnotify.Create, time.Second},
+		{filepath.Join(n.net, "kindnet", "zzz-consul-cni.conf"), fsnotify.Remove, time.Second},
+	} {
+		if got := in.debounceFor(fsnotify.Event{Name: c.name, Op: c.op}); got != c.want {
+			t.Errorf("debounceFor(%s %s) = %v, want %v", c.op, c.name, got, c.want)
+		}
+	}
+}
+
+func TestScheduleKeepsTheSoonerPass(t *testing.T) {
+	tm := time.NewTimer(time.Hour)
+	defer tm.Stop()
+	now := time.Unix(1000, 0)
+	due := schedule(tm, time.Time{}, restoreDebounce, now)
+	if want := now.Add(restoreDebounce); !due.Equal(want) {
+		t.Fatalf("first schedule: due %v, want %v", due, want)
+	}
+	// A write event right after must not push the restore back.
+	if got := schedule(tm, due, 200*time.Millisecond, now.Add(time.Millisecond)); !got.Equal(due) {
+		t.Fatalf("later, longer debounce moved the pending pass to %v, want %v", got, due)
+	}
+	// A removal while a long debounce is pending brings the pass forward.
+	long := schedule(tm, time.Time{}, time.Hour, now)
+	if got := schedule(tm, long, restoreDebounce, now); !got.Equal(now.Add(restoreDebounce)) {
+		t.Fatalf("removal during a long debounce: due %v, want %v", got, now.Add(restoreDebounce))
+	}
+}
