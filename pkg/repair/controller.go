@@ -362,7 +362,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, breakerRecheck)
 		return nil
 	}
-	if ok, wait := c.limiter.Take(node, now); !ok {
+	if ok, wait := c.limiter.Take(node, c.ofTheRace(pod, since), now); !ok {
 		c.skip(st, SkipRateLimited)
 		c.queue.AddAfter(key, wait)
 		return nil
@@ -421,15 +421,13 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	if err != nil {
 		return true
 	}
-	since = since.Truncate(time.Second) // API times have second precision
 	broken, total := 0, 0
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
 		if !ok || !c.countedByBreaker(p) {
 			continue
 		}
-		t, ok := sandboxTime(p)
-		if !ok || t.Before(since) {
+		if predates, ok := sandboxPredates(p, since); !ok || predates {
 			continue
 		}
 		total++
