@@ -76,7 +76,7 @@ func (l *Limiter) capWait(now time.Time) time.Duration {
 	for i < len(l.recent) && now.Sub(l.recent[i]) >= capWindow {
 		i++
 	}
-	l.recent = append(l.recent[:0], l.recent[i:]...)
+	l.recent = l.recent[i:]
 	if len(l.recent) < l.cap {
 		return 0
 	}
