@@ -362,12 +362,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, breakerRecheck)
 		return nil
 	}
-	if ok, wait := c.limiter.Take(node, c.ofTheRace(pod, since), now); !ok {
+	race := c.ofTheRace(pod, since)
+	if ok, wait := c.limiter.Take(node, race, now); !ok {
 		c.skip(st, SkipRateLimited)
 		c.queue.AddAfter(key, wait)
 		return nil
 	}
-	return c.act(ctx, logger, pod, v, st)
+	return c.act(ctx, logger.WithValues("race", race), pod, v, st)
 }
 
 // forgetGonePods drops the state of pods the cache no longer holds. The
