@@ -1,6 +1,11 @@
 package repair
 
-import "sync"
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Breaker is the per-node circuit breaker. The race this controller repairs
 // only hits pods whose sandbox was created before the node's CNI became
@@ -79,4 +84,19 @@ func (b *Breaker) Forget(node string) (wasOpen bool) {
 	wasOpen = b.open[node]
 	delete(b.open, node)
 	return wasOpen
+}
+
+// sandboxPredates dates pod's latest sandbox against since, the moment its
+// node's CNI became ready: predates is true when the sandbox was created
+// before it (the race), false when at or after it (a sandbox the ready CNI
+// should have set up). ok is false when the pod has no datable sandbox. API
+// times have second precision, so since is truncated to the second. The
+// breaker counts the pods that do not predate; the rate limiter's race lane
+// takes those that do.
+func sandboxPredates(pod *corev1.Pod, since time.Time) (predates, ok bool) {
+	t, ok := sandboxTime(pod)
+	if !ok {
+		return false, false
+	}
+	return t.Before(since.Truncate(time.Second)), true
 }

@@ -79,9 +79,10 @@ type Config struct {
 	// InjectedPodSelector is the label selector of the pod informer.
 	InjectedPodSelector string
 
-	// MaxRepairsPerMinute bounds actions cluster-wide, and
-	// MaxRepairsPerNodePerMinute on each node (token buckets whose burst
-	// is a tenth of a minute's worth, at least 1).
+	// MaxRepairsPerMinute caps actions cluster-wide in any minute. Pods
+	// not of the race (see Limiter) are also paced by token buckets of
+	// MaxRepairsPerMinute and of MaxRepairsPerNodePerMinute on each node
+	// (burst a tenth of a minute's worth, at least 1).
 	MaxRepairsPerMinute        int
 	MaxRepairsPerNodePerMinute int
 	// BackoffBase and BackoffMax bound the per-pod exponential back-off

@@ -362,12 +362,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, breakerRecheck)
 		return nil
 	}
-	if ok, wait := c.limiter.Take(node, now); !ok {
+	race := c.ofTheRace(pod, since)
+	if ok, wait := c.limiter.Take(node, race, now); !ok {
 		c.skip(st, SkipRateLimited)
 		c.queue.AddAfter(key, wait)
 		return nil
 	}
-	return c.act(ctx, logger, pod, v, st)
+	return c.act(ctx, logger.WithValues("race", race), pod, v, st)
 }
 
 // forgetGonePods drops the state of pods the cache no longer holds. The
@@ -421,15 +422,13 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	if err != nil {
 		return true
 	}
-	since = since.Truncate(time.Second) // API times have second precision
 	broken, total := 0, 0
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
 		if !ok || !c.countedByBreaker(p) {
 			continue
 		}
-		t, ok := sandboxTime(p)
-		if !ok || t.Before(since) {
+		if predates, ok := sandboxPredates(p, since); !ok || predates {
 			continue
 		}
 		total++

@@ -7,16 +7,27 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Limiter bounds actions globally and per node (fairness: one bad node cannot
-// use the whole budget). Both are token buckets refilled at N per minute with
-// a burst of a tenth of N (at least 1).
+// capWindow is the window of the cluster-wide cap.
+const capWindow = time.Minute
+
+// Limiter bounds actions in two lanes. Every action counts against the
+// cluster-wide cap: at most perMinute actions in any minute. The race lane
+// (Take with race set: pods whose sandbox predates their node's dated CNI
+// readiness, the expected and bounded set of the race) is bounded by that cap
+// alone, so it is acted on at once. The other lane is also paced by token
+// buckets refilled at N per minute with a burst of a tenth of N (at least 1):
+// one cluster-wide and one per node (fairness: one bad node cannot use the
+// whole budget; and a slow pace lets the circuit breaker see a
+// misconfigured node's new pods break before many are acted on).
 type Limiter struct {
 	global  *rate.Limiter
 	perNode rate.Limit
 	burst   int
+	cap     int
 
-	mu    sync.Mutex
-	nodes map[string]*rate.Limiter
+	mu     sync.Mutex
+	nodes  map[string]*rate.Limiter
+	recent []time.Time // actions of the last capWindow, oldest first
 }
 
 // newLimiter returns a limiter of perMinute actions cluster-wide and
@@ -26,6 +37,7 @@ func newLimiter(perMinute, perNodePerMinute int) *Limiter {
 		global:  rate.NewLimiter(rate.Limit(float64(perMinute)/60), burstOf(perMinute)),
 		perNode: rate.Limit(float64(perNodePerMinute) / 60),
 		burst:   burstOf(perNodePerMinute),
+		cap:     perMinute,
 		nodes:   map[string]*rate.Limiter{},
 	}
 }
@@ -38,12 +50,42 @@ func burstOf(perMinute int) int {
 	return b
 }
 
-// Take takes one token from the node's bucket and one from the global bucket
-// at now. When either is empty nothing is taken and the wait until a retry
+// Take takes one action's worth at now for a pod on node: from the
+// cluster-wide cap and, unless race, from the node's bucket and the global
+// bucket. When any is exhausted nothing is taken and the wait until a retry
 // may succeed is returned.
-func (l *Limiter) Take(node string, now time.Time) (bool, time.Duration) {
+func (l *Limiter) Take(node string, race bool, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if d := l.capWait(now); d > 0 {
+		return false, d
+	}
+	if !race {
+		if ok, d := l.takeBuckets(node, now); !ok {
+			return false, d
+		}
+	}
+	l.recent = append(l.recent, now)
+	return true, 0
+}
+
+// capWait drops the actions older than capWindow and returns how long until
+// the cap has room (0: it has).
+func (l *Limiter) capWait(now time.Time) time.Duration {
+	i := 0
+	for i < len(l.recent) && now.Sub(l.recent[i]) >= capWindow {
+		i++
+	}
+	l.recent = l.recent[i:]
+	if len(l.recent) < l.cap {
+		return 0
+	}
+	return l.recent[len(l.recent)-l.cap].Add(capWindow).Sub(now)
+}
+
+// takeBuckets takes one token from the node's bucket and one from the global
+// bucket, or none.
+func (l *Limiter) takeBuckets(node string, now time.Time) (bool, time.Duration) {
 	nl, ok := l.nodes[node]
 	if !ok {
 		nl = rate.NewLimiter(l.perNode, l.burst)
