@@ -421,15 +421,10 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	if err != nil {
 		return true
 	}
-	since = since.Truncate(time.Second) // API times have second precision
 	broken, total := 0, 0
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
-		if !ok || !c.countedByBreaker(p) {
-			continue
-		}
-		t, ok := sandboxTime(p)
-		if !ok || t.Before(since) {
+		if !ok || !c.detector.CountedByBreaker(p, since) {
 			continue
 		}
 		total++
@@ -468,13 +463,6 @@ func (c *Controller) recheckBreakers(ctx context.Context) {
 			c.breakerOpen(ctx, node, since, now)
 		}
 	}
-}
-
-// countedByBreaker: the pods a node's breaker judges are those a signal can
-// judge (examinable), except finished ones.
-func (c *Controller) countedByBreaker(p *corev1.Pod) bool {
-	ok, _ := examinable(p)
-	return ok && !c.detector.Finished(p)
 }
 
 // act performs the configured action (or its dry run) once.
