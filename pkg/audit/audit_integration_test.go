@@ -5,6 +5,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,14 +26,20 @@ func TestMain(m *testing.M) { cluster.Main(m) }
 
 // createPod creates p in ns, owned by the ConfigMap owner (nothing manages
 // it, and the garbage collector finds its owner), then writes its status.
-func createPod(t *testing.T, cs kubernetes.Interface, ns string, owner *corev1.ConfigMap, p *corev1.Pod) {
+func createPod(t testing.TB, cs kubernetes.Interface, ns string, owner *corev1.ConfigMap, p *corev1.Pod) {
 	t.Helper()
+	if err := tryCreatePod(cs, ns, owner, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tryCreatePod(cs kubernetes.Interface, ns string, owner *corev1.ConfigMap, p *corev1.Pod) error {
 	ctx := context.Background()
 	status := p.Status
 	p.Namespace, p.UID = ns, ""
 	p.CreationTimestamp = metav1.Time{}
 	if p.DeletionTimestamp != nil {
-		t.Fatalf("pod %s: a deleting pod cannot be created", p.Name)
+		return fmt.Errorf("pod %s: a deleting pod cannot be created", p.Name)
 	}
 	if len(p.OwnerReferences) > 0 {
 		yes := true
@@ -42,18 +49,19 @@ func createPod(t *testing.T, cs kubernetes.Interface, ns string, owner *corev1.C
 	p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	created, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create pod %s: %v", p.Name, err)
+		return fmt.Errorf("create pod %s: %w", p.Name, err)
 	}
 	created.Status = status
 	if status.PodIP != "" {
 		created.Status.PodIPs = []corev1.PodIP{{IP: status.PodIP}}
 	}
 	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("pod %s status: %v", p.Name, err)
+		return fmt.Errorf("pod %s status: %w", p.Name, err)
 	}
+	return nil
 }
 
-func createNode(t *testing.T, cs kubernetes.Interface, n *corev1.Node) {
+func createNode(t testing.TB, cs kubernetes.Interface, n *corev1.Node) {
 	t.Helper()
 	if _, err := cs.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
