@@ -134,6 +134,16 @@ func TestAuditOnCluster(t *testing.T) {
 	}
 	checkReadOnly(t, asAuditor, ns)
 
+	// The table: a header and one row per pod outside the mesh.
+	out.Reset()
+	stderr.Reset()
+	code = Main(ctx, "repair audit", []string{"-n", ns}, &out, &stderr,
+		func(*Options) (kubernetes.Interface, error) { return asAuditor, nil })
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); code != ExitOutside || len(lines) != len(want)+1 {
+		t.Errorf("table: exit %d, %d lines:\n%s", code, len(lines), out.String())
+	}
+	t.Logf("repair audit -n %s\n%s%s", ns, out.String(), stderr.String())
+
 	// Without the role: an error, exit 1.
 	asNobody, err := kubernetes.NewForConfig(c.ConfigFor("nobody"))
 	if err != nil {
