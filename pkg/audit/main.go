@@ -34,9 +34,13 @@ func DefaultClient(o *Options) (kubernetes.Interface, error) {
 func Main(ctx context.Context, command string, args []string, stdout, stderr io.Writer, newClient ClientFunc) int {
 	o := NewOptions()
 	fs := o.newFlagSet(command, stderr)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
+		return 0
+	case err == nil && *showVersion:
+		fmt.Fprintln(stdout, version.String(command))
 		return 0
 	case err != nil:
 		cmdutil.UsageError(stderr, command, err)
