@@ -258,3 +258,36 @@ func TestOutputFormats(t *testing.T) {
 		}
 	}
 }
+
+// cniPod is a CNI DaemonSet pod on node, Ready or not.
+func cniPod(node string, ready bool) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "cni-" + node, Namespace: "consul-cni-repair", Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodReady, Status: st, LastTransitionTime: ago(30 * time.Minute),
+		}}},
+	}
+}
+
+// With --cni-ready-gate=cni-pod the audit lists the CNI pods and the gate
+// opens where one is Ready, whatever the node labels say.
+func TestRunCNIPodGate(t *testing.T) {
+	o := NewOptions()
+	o.detection.Gate = string(repair.GateCNIPod)
+	r := run(t, o, notReadyNode("n1"), notReadyNode("n2"), cniPod("n1", true), cniPod("n2", false),
+		injected("a", "n1", stuck), injected("b", "n2", stuck))
+	got := byName(r)
+	if got["a"].Action != "evict" || !strings.HasPrefix(got["b"].Action, "wait: CNI not ready") {
+		t.Errorf("cni-pod gate: %+v", got)
+	}
+	o = NewOptions()
+	o.detection.Gate = string(repair.GateNone)
+	if got := byName(run(t, o, injected("a", "n1", stuck))); got["a"].Action != "evict" {
+		t.Errorf("gate none: %+v", got)
+	}
+}

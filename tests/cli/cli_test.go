@@ -159,6 +159,23 @@ func TestAuditHelpAndVersion(t *testing.T) {
 	}
 }
 
+// Under the kubectl plugin's name (a link, as make build writes it), repair
+// runs the audit as "kubectl consul-cni audit" and nothing else.
+func TestKubectlPluginName(t *testing.T) {
+	link := filepath.Join(build(t), "kubectl-consul_cni")
+	if err := os.Symlink("repair", link); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	r := runCmd(t, "kubectl-consul_cni", nil, "", "audit", "--help")
+	if r.code != 0 || !strings.Contains(r.stderr, "kubectl consul-cni audit [flags]") {
+		t.Errorf("kubectl-consul_cni audit --help: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "kubectl-consul_cni", nil, "", "--leader-elect=false")
+	if r.code != 2 || !strings.Contains(r.stderr, "kubectl consul-cni audit") {
+		t.Errorf("kubectl-consul_cni without audit: exit %d, stderr %q; want a usage error", r.code, r.stderr)
+	}
+}
+
 // The plugin still speaks CNI when the runtime runs it without arguments.
 func TestPluginStillSpeaksCNI(t *testing.T) {
 	r := runCmd(t, "consul-cni", []string{"CNI_COMMAND=VERSION"}, `{"cniVersion":"1.0.0"}`)
