@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/audit"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
@@ -32,16 +34,14 @@ type options struct {
 	kubeconfig string
 	qps        float32
 	burst      int
-	action     string
-	gate       string
+	detection  *repair.DetectionFlags
 	effect     string
 	cfg        repair.ManagerConfig
 }
 
 func newOptions() *options {
 	o := &options{qps: 50, burst: 100, cfg: repair.DefaultManagerConfig()}
-	o.action = string(o.cfg.Action)
-	o.gate = string(o.cfg.Gate)
+	o.detection = repair.NewDetectionFlags(&o.cfg.Config)
 	o.effect = string(o.cfg.StartupTaintEffect)
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		o.cfg.LeaseNamespace = ns
@@ -56,28 +56,16 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.qps, "kube-api-qps", o.qps, "Queries per second to the Kubernetes API.")
 	fs.IntVar(&o.burst, "kube-api-burst", o.burst, "Burst of queries to the Kubernetes API.")
 
-	fs.StringVar(&o.action, "action", o.action, "What to do with a pod that bypassed the CNI plugin: evict (policy/v1 Eviction, PodDisruptionBudgets honoured), delete (UID and resourceVersion preconditions) or label (only label it "+"consul.hashicorp.com/cni-uninitialized=true).")
+	o.detection.AddDetectionFlags(fs, &c.Config)
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Audit mode: mutate no pod; log the decision, emit a Normal WouldRepair Event and count it with dry_run=\"true\".")
-	fs.StringVar(&o.gate, "cni-ready-gate", o.gate, "When a node's CNI counts as ready (no action elsewhere): node-label (label consul.hashicorp.com/cni=ready), cni-pod (the CNI DaemonSet pod on the node is Ready) or none.")
-	fs.BoolVar(&c.AllowBarePods, "allow-bare-pods", c.AllowBarePods, "Also act on pods without a controller (they are NOT recreated). Default: Event and metric only.")
-	fs.DurationVar(&c.MinPodAge, "min-pod-age", c.MinPodAge, "Signal A: how long the transparent-proxy-status may stay enabled/waiting after the sandbox exists before the pod counts as broken.")
-	fs.DurationVar(&c.SandboxSlack, "sandbox-slack", c.SandboxSlack, "Signal C: how much later than the consul.hashicorp.com/cni-applied-at annotation a complete pod's sandbox may have become ready (PodReadyToStartContainers) and still be the sandbox the rules were applied to; later means it was recreated without consul-cni. It covers the kubelet reporting the new sandbox only after pulling and starting the first init container. At least 1s.")
-	fs.StringSliceVar(&c.InitContainerNames, "init-container-name", c.InitContainerNames, "Signal B: names of the annotation-check init containers (NAME and NAME-<service> match); repeat or comma-separate.")
-	fs.Int32Var(&c.InitExitCode, "init-exit-code", c.InitExitCode, "Signal B: exit code of a failed check.")
-	fs.StringVar(&c.InjectedPodSelector, "injected-pod-selector", c.InjectedPodSelector, "Server-side label selector of the pods the controller watches (the injected ones).")
 	fs.IntVar(&c.MaxRepairsPerMinute, "max-repairs-per-minute", c.MaxRepairsPerMinute, "Cap on actions in any minute, cluster-wide; pods not of the race are also paced by a token bucket of this rate (burst a tenth of it).")
 	fs.IntVar(&c.MaxRepairsPerNodePerMinute, "max-repairs-per-node-per-minute", c.MaxRepairsPerNodePerMinute, "Actions per minute on any one node (fairness) for pods not of the race (sandbox not older than the node's dated CNI readiness).")
 	fs.DurationVar(&c.BackoffBase, "backoff-base", c.BackoffBase, "First retry delay of a pod whose action failed or was blocked by a PodDisruptionBudget (doubles each time).")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "Longest retry delay of a pod.")
-	fs.BoolVar(&c.Breaker, "circuit-breaker", c.Breaker, "Stop acting on a node where pods created after its CNI became ready are broken too (misconfiguration, not the race).")
-	fs.Float64Var(&c.BreakerThreshold, "breaker-threshold", c.BreakerThreshold, "Share (0-1] of broken pods, among the injected pods created since the node's CNI became ready, that opens the breaker.")
-	fs.IntVar(&c.BreakerMinPods, "breaker-min-pods", c.BreakerMinPods, "Broken pods (created since the node's CNI became ready) needed before the breaker can open.")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "Concurrent pod workers.")
 	fs.DurationVar(&c.Resync, "resync-period", c.Resync, "Informer resync period (a safety net; changes are handled as they happen).")
 
 	fs.BoolVar(&c.NodeReadiness, "node-readiness", c.NodeReadiness, "Label nodes consul.hashicorp.com/cni=ready and remove the startup taint when the CNI DaemonSet pod on them is Ready; remove the label when it is not.")
-	fs.StringVar(&c.CNINamespace, "cni-namespace", c.CNINamespace, "Namespace of the CNI DaemonSet.")
-	fs.StringVar(&c.CNIPodSelector, "cni-pod-selector", c.CNIPodSelector, "Label selector of the CNI DaemonSet's pods.")
 	fs.StringVar(&c.StartupTaintKey, "startup-taint-key", c.StartupTaintKey, "Key of the startup taint removed (any effect) once the node's CNI is ready.")
 	fs.BoolVar(&c.ReaddStartupTaint, "readd-startup-taint", c.ReaddStartupTaint, "Re-add the startup taint when the node's CNI pod is gone or not Ready.")
 	fs.StringVar(&o.effect, "startup-taint-effect", o.effect, "Effect of a re-added startup taint: NoSchedule, PreferNoSchedule or NoExecute.")
@@ -96,8 +84,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 
 // Validate copies the string flags into the config and validates it.
 func (o *options) Validate() error {
-	o.cfg.Action = repair.Action(o.action)
-	o.cfg.Gate = repair.GateMode(o.gate)
+	o.detection.Apply(&o.cfg.Config)
 	o.cfg.StartupTaintEffect = corev1.TaintEffect(o.effect)
 	if o.qps <= 0 || o.burst < 1 {
 		return fmt.Errorf("--kube-api-qps/--kube-api-burst: %v/%d must be positive", o.qps, o.burst)
@@ -118,8 +105,40 @@ func (o *options) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// pluginName is the name under which kubectl finds the command as the plugin
+// "kubectl consul-cni" (a link to or copy of repair).
+const pluginName = "kubectl-consul_cni"
+
+// subcommand tells whether argv runs the audit, with the name to print and
+// its arguments; invoked as pluginName, audit is the only subcommand.
+func subcommand(argv []string) (audit bool, name string, args []string, err error) {
+	plugin := strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == pluginName
+	args = argv[1:]
+	if len(args) > 0 && args[0] == "audit" {
+		if plugin {
+			return true, "kubectl consul-cni audit", args[1:], nil
+		}
+		return true, "repair audit", args[1:], nil
+	}
+	if plugin {
+		return false, "kubectl consul-cni", args, errors.New("usage: kubectl consul-cni audit [flags]")
+	}
+	return false, "repair", args, nil
+}
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	isAudit, name, args, err := subcommand(os.Args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(cmdutil.ExitUsage)
+	}
+	if isAudit {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		code := audit.Main(ctx, name, args, os.Stdout, os.Stderr, audit.DefaultClient)
+		stop()
+		os.Exit(code)
+	}
+	if err := run(args); err != nil {
 		var u usageError
 		if errors.As(err, &u) {
 			os.Exit(u.code)
@@ -149,7 +168,7 @@ func run(args []string) error {
 	o := newOptions()
 	o.AddFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: repair [flags]\n       repair audit [flags]   (repair audit --help)\n\n%s\n\nFlags:\n%s", strings.TrimSpace(usageText), fs.FlagUsages())
 	}
 	if code, done := cmdutil.Parse(fs, "repair", args, cmdutil.NewLogging()); done {
 		return usageError{code}

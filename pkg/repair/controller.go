@@ -425,10 +425,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	broken, total := 0, 0
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
-		if !ok || !c.countedByBreaker(p) {
-			continue
-		}
-		if predates, ok := sandboxPredates(p, since); !ok || predates {
+		if !ok || !c.detector.CountedByBreaker(p, since) {
 			continue
 		}
 		total++
@@ -467,13 +464,6 @@ func (c *Controller) recheckBreakers(ctx context.Context) {
 			c.breakerOpen(ctx, node, since, now)
 		}
 	}
-}
-
-// countedByBreaker: the pods a node's breaker judges are those a signal can
-// judge (examinable), except finished ones.
-func (c *Controller) countedByBreaker(p *corev1.Pod) bool {
-	ok, _ := examinable(p)
-	return ok && !c.detector.Finished(p)
 }
 
 // act performs the configured action (or its dry run) once.

@@ -122,6 +122,10 @@ func TestUsageErrors(t *testing.T) {
 		tc{"repair", []string{"--workers=many"}, "--workers"},
 		tc{"repair", []string{"extra"}, `"extra"`},
 		tc{"consul-cni", []string{"add"}, `"add"`},
+		tc{"repair", []string{"audit", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+		tc{"repair", []string{"audit", "-o", "xml"}, "--output"},
+		tc{"repair", []string{"audit", "--min-pod-age=-1s"}, "--min-pod-age"},
+		tc{"repair", []string{"audit", "extra"}, `"extra"`},
 	)
 	for _, c := range []string{"consul-cni-installer", "consul-cni-check", "repair"} {
 		cases = append(cases, tc{c, []string{"--logging-format=xml"}, "--logging-format=xml"})
@@ -140,6 +144,35 @@ func TestHelp(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stderr, "--version") {
 			t.Errorf("%s --help: exit %d, stderr %q; want exit 0 and --version listed", c, r.code, r.stderr)
 		}
+	}
+}
+
+// repair audit has its own help and version.
+func TestAuditHelpAndVersion(t *testing.T) {
+	r := runCmd(t, "repair", nil, "", "audit", "--help")
+	if r.code != 0 || !strings.Contains(r.stderr, "repair audit [flags]") || !strings.Contains(r.stderr, "--chunk-size") {
+		t.Errorf("repair audit --help: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "repair", nil, "", "audit", "--version")
+	if r.code != 0 || !strings.Contains(r.stdout, stamped) {
+		t.Errorf("repair audit --version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// Under the kubectl plugin's name (a link, as make build writes it), repair
+// runs the audit as "kubectl consul-cni audit" and nothing else.
+func TestKubectlPluginName(t *testing.T) {
+	link := filepath.Join(build(t), "kubectl-consul_cni")
+	if err := os.Symlink("repair", link); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	r := runCmd(t, "kubectl-consul_cni", nil, "", "audit", "--help")
+	if r.code != 0 || !strings.Contains(r.stderr, "kubectl consul-cni audit [flags]") {
+		t.Errorf("kubectl-consul_cni audit --help: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "kubectl-consul_cni", nil, "", "--leader-elect=false")
+	if r.code != 2 || !strings.Contains(r.stderr, "kubectl consul-cni audit") {
+		t.Errorf("kubectl-consul_cni without audit: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
 }
 

@@ -83,6 +83,9 @@ type Config struct {
 	TaintByPolicy bool
 	// Progress, when set, is called about once a second.
 	Progress func(Progress)
+	// Inspect, when set, is called with the run's namespace after the
+	// observation, before anything is torn down.
+	Inspect func(ctx context.Context, namespace string) error
 }
 
 func (c *Config) defaults() {
@@ -244,7 +247,11 @@ func (r *runner) execute(ctx context.Context) (*Result, error) {
 	if err := r.chainCNI(ctx); err != nil {
 		return nil, err
 	}
-	return r.observe(ctx, r.cfg.Mode != NoRepair)
+	res, err := r.observe(ctx, r.cfg.Mode != NoRepair)
+	if err == nil && r.cfg.Inspect != nil {
+		err = r.cfg.Inspect(ctx, r.ns)
+	}
+	return res, err
 }
 
 // setUp makes the run's directory, node and namespace and, unless the mode

@@ -1,0 +1,113 @@
+// Package audit is the one-shot audit of the repair command: it lists the
+// injected pods, the nodes and the CNI pods once (paginated) and reports the
+// pods that run outside the mesh now, judged by the controller's own
+// detector, gate and circuit breaker (package repair), with what the
+// controller would do about each.
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+)
+
+// Exit codes of the audit.
+const (
+	// ExitNoneOutside: no injected pod runs outside the mesh.
+	ExitNoneOutside = 0
+	// ExitError: the audit could not be completed.
+	ExitError = 1
+	// ExitUsage: the command line cannot be used.
+	ExitUsage = cmdutil.ExitUsage
+	// ExitOutside: some injected pods run outside the mesh.
+	ExitOutside = 3
+)
+
+// DefaultChunkSize is the default page size of the LISTs.
+const DefaultChunkSize = 500
+
+// Options are the audit's flags.
+type Options struct {
+	Kubeconfig    string
+	Namespace     string
+	AllNamespaces bool
+	Selector      string
+	Output        string
+	ChunkSize     int64
+	Config        repair.Config
+	detection     *repair.DetectionFlags
+}
+
+// NewOptions returns the defaults: those of the controller for detection.
+func NewOptions() *Options {
+	o := &Options{Output: "table", ChunkSize: DefaultChunkSize, Config: repair.DefaultConfig()}
+	o.detection = repair.NewDetectionFlags(&o.Config)
+	return o
+}
+
+// AddFlags registers the audit's flags, the controller's detection flags
+// among them.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path of a kubeconfig file. When empty, the KUBECONFIG environment variable, else the in-cluster configuration.")
+	fs.StringVarP(&o.Namespace, "namespace", "n", "", "Audit the pods of this namespace only (the circuit breaker is then judged on them only). Default: every namespace.")
+	fs.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "Audit the pods of every namespace (the default).")
+	fs.StringVarP(&o.Selector, "selector", "l", "", "Label selector added to --injected-pod-selector.")
+	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: table, json or yaml.")
+	fs.Int64Var(&o.ChunkSize, "chunk-size", o.ChunkSize, "Page size of each LIST (limit/continue).")
+	o.detection.AddDetectionFlags(fs, &o.Config)
+}
+
+// Validate checks the flags and names the first bad one.
+func (o *Options) Validate() error {
+	o.detection.Apply(&o.Config)
+	if o.Namespace != "" && o.AllNamespaces {
+		return errors.New("--namespace and --all-namespaces: give one of them")
+	}
+	switch o.Output {
+	case "table", "json", "yaml":
+	default:
+		return fmt.Errorf("--output: %q is not one of table, json, yaml", o.Output)
+	}
+	if o.ChunkSize < 1 {
+		return fmt.Errorf("--chunk-size: %d must be at least 1", o.ChunkSize)
+	}
+	if _, err := labels.Parse(o.Selector); err != nil {
+		return fmt.Errorf("--selector: %q: %v", o.Selector, err)
+	}
+	return o.Config.Validate()
+}
+
+// podSelector is --injected-pod-selector and --selector together.
+func (o *Options) podSelector() string {
+	if strings.TrimSpace(o.Selector) == "" {
+		return o.Config.InjectedPodSelector
+	}
+	return o.Config.InjectedPodSelector + "," + o.Selector
+}
+
+// newFlagSet returns the audit's flag set for command (its name in usage).
+func (o *Options) newFlagSet(command string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.SetOutput(stderr)
+	o.AddFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n\n%s\n\nFlags:\n%s", command, strings.TrimSpace(usageText), fs.FlagUsages())
+	}
+	return fs
+}
+
+const usageText = `
+Lists the injected pods, the nodes and the CNI pods once and prints the pods
+that run outside the mesh now, judged as the controller judges them (same
+detection flags and defaults), with why and what the controller would do.
+Exit code: 0 when no pod is outside the mesh, 3 when some are, 1 on errors,
+2 on a bad command line. Read-only: needs get/list on pods and nodes
+(ClusterRole consul-cni-repair-audit).`
