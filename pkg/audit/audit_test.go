@@ -156,6 +156,15 @@ func TestRunJudgesLikeTheController(t *testing.T) {
 	if r.Examined != 8 {
 		t.Errorf("examined %d pods, want the 8 injected ones", r.Examined)
 	}
+	// Finished and terminating pods are reported as never judged, with
+	// the controller's reason, and are not outside the mesh.
+	notJudged := map[string]string{}
+	for _, p := range r.NotJudged {
+		notJudged[p.Name] = p.Why
+	}
+	if len(notJudged) != 2 || notJudged["done"] != "pod succeeded" || notJudged["deleting"] != "being deleted" {
+		t.Errorf("not judged: %v, want done (pod succeeded) and deleting (being deleted)", notJudged)
+	}
 	if p := got["initfail"]; p.Owner != "ReplicaSet/web-5d8f" || p.Node != "n1" || !p.Since.Equal(now.Add(-50*time.Minute)) {
 		t.Errorf("initfail: %+v", p)
 	}

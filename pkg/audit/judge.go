@@ -33,12 +33,23 @@ type Pod struct {
 	bare, labelled bool
 }
 
+// NotJudged is an injected transparent-proxy pod the controller never
+// judges nor acts on, and why: being deleted, a mirror pod, host network,
+// finished.
+type NotJudged struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Node      string `json:"node"`
+	Why       string `json:"why"`
+}
+
 // Report is the result of an audit.
 type Report struct {
 	Time time.Time `json:"time"`
 	// Examined counts the injected pods listed.
-	Examined int   `json:"examined"`
-	Outside  []Pod `json:"outside"`
+	Examined  int         `json:"examined"`
+	Outside   []Pod       `json:"outside"`
+	NotJudged []NotJudged `json:"notJudged"`
 }
 
 // nodeState is the gate's and the breaker's view of one node.
@@ -81,7 +92,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o *Options, now time.
 		cfg: o.Config, det: o.Config.Detector(), now: now,
 		gate:   repair.NewGate(o.Config.Gate, corelisters.NewNodeLister(nodeIdx), cniIdx, now),
 		nodes:  map[string]*nodeState{},
-		report: &Report{Time: now, Outside: []Pod{}},
+		report: &Report{Time: now, Outside: []Pod{}, NotJudged: []NotJudged{}},
 	}
 	sel := o.podSelector()
 	err = list(ctx, o.ChunkSize, metav1.ListOptions{LabelSelector: sel}, func(opts metav1.ListOptions) (runtime.Object, error) {
@@ -128,6 +139,13 @@ func (a *auditor) add(obj interface{}) error {
 		}
 	}
 	if !v.Broken {
+		// Pods the controller never judges whose redirection was never
+		// marked complete: outside its reach, reported as such.
+		status, _ := annotations.TProxyStatus(pod.Annotations)
+		if v.Ignored != "" && annotations.UsesTransparentProxy(pod.Labels, pod.Annotations) && !annotations.IsComplete(status) {
+			a.report.NotJudged = append(a.report.NotJudged, NotJudged{
+				Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName, Why: v.Ignored})
+		}
 		return nil
 	}
 	owner := "<none>"

@@ -38,5 +38,21 @@ func Print(w io.Writer, r *Report, format string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, node, p.Owner, p.Reason,
 			duration.HumanDuration(r.Time.Sub(p.Since)), p.Action)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.NotJudged) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nInjected pods the controller never judges (their redirection was never marked complete):")
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tPOD\tNODE\tWHY")
+	for _, p := range r.NotJudged {
+		node := p.Node
+		if node == "" {
+			node = "<none>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Namespace, p.Name, node, p.Why)
+	}
 	return tw.Flush()
 }
