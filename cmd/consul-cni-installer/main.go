@@ -6,6 +6,8 @@
 //	consul-cni-installer uninstall remove the plugin, its chain entries and files
 //	                               (--wait: and keep it removed until SIGTERM)
 //	consul-cni-installer uninstalled exit 0 only when nothing of the plugin is left (probe of uninstall --wait)
+//	consul-cni-installer uninstall-all switch the installer DaemonSet to removers and wait until
+//	                               every node is clean (the chart's pre-delete hook)
 package main
 
 import (
@@ -28,6 +30,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/removal"
 )
 
 type options struct {
@@ -48,6 +51,9 @@ type options struct {
 	// ExcludeNamespaces is the plugin's exclude_namespaces (unset: the
 	// plugin's default, kube-system).
 	ExcludeNamespaces []string
+	// Namespace, DaemonSet and Timeout of uninstall-all.
+	Namespace, DaemonSet string
+	Timeout              time.Duration
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
@@ -63,6 +69,9 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
 	fs.BoolVar(&o.ExpectInstalled, "expect-installed", false, "uninstall: fail when nothing of consul-cni was found on the node")
 	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", nil, "the plugin's exclude_namespaces: namespaces whose pods it passes through without any API call (unset: the plugin's default, kube-system)")
+	fs.StringVar(&o.Namespace, "namespace", "", "uninstall-all: namespace of the installer DaemonSet")
+	fs.StringVar(&o.DaemonSet, "daemonset", "consul-cni", "uninstall-all: name of the installer DaemonSet")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "uninstall-all: fail, naming the nodes not clean, when they are not all clean by then")
 	fs.BoolVar(&o.Wait, "wait", false, "uninstall: keep running and keep the node clean (every --resync) until SIGTERM; readiness: the uninstalled subcommand")
 }
 
@@ -84,6 +93,17 @@ func (o *options) Validate() error {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			return fmt.Errorf("--exclude-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
 		}
+	}
+	for _, f := range []struct{ name, v string }{{"namespace", o.Namespace}, {"daemonset", o.DaemonSet}} {
+		if f.v == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(f.v); len(errs) > 0 {
+			return fmt.Errorf("--%s: %q is not a valid name: %s", f.name, f.v, strings.Join(errs, "; "))
+		}
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout: %s is not positive", o.Timeout)
 	}
 	if o.Resync < time.Second {
 		return fmt.Errorf("--resync: %s is shorter than 1s", o.Resync)
@@ -124,7 +144,7 @@ func run(args []string) int {
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall|uninstalled] [flags]\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: consul-cni-installer [run|ready|uninstall|uninstalled|uninstall-all] [flags]\n\n%s", fs.FlagUsages())
 	}
 	if code, done := cmdutil.Parse(fs, command, args, cmdutil.NewLogging()); done {
 		return code
@@ -173,8 +193,10 @@ func run(args []string) int {
 		return uninstall(ctx, o)
 	case "uninstalled":
 		return uninstalled(o)
+	case "uninstall-all":
+		return uninstallAll(ctx, o)
 	default:
-		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready, uninstall or uninstalled)", sub))
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready, uninstall, uninstalled or uninstall-all)", sub))
 		return cmdutil.ExitUsage
 	}
 }
@@ -229,6 +251,33 @@ func uninstalled(o *options) int {
 		return 1
 	}
 	fmt.Println("uninstalled: nothing of consul-cni is left on the node")
+	return 0
+}
+
+// uninstallAll switches the installer DaemonSet to removers and waits
+// until every node is clean; exit 1, naming what is not clean, on --timeout.
+func uninstallAll(ctx context.Context, o *options) int {
+	if o.Namespace == "" || o.DaemonSet == "" {
+		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("uninstall-all: --namespace and --daemonset are required"))
+		return cmdutil.ExitUsage
+	}
+	rc, err := cmdutil.RESTConfig(o.Kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall-all: client configuration: %v\n", err)
+		return 1
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall-all: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	err = removal.Run(ctx, client, removal.Options{Namespace: o.Namespace, DaemonSet: o.DaemonSet, HostNetDir: o.HostNetDir})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall-all: %v\n", err)
+		return 1
+	}
 	return 0
 }
 

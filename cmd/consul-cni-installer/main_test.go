@@ -37,6 +37,9 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--resync=10ms"}, "--resync"},
 		{[]string{"--metrics-bind-address=9090"}, "--metrics-bind-address"},
 		{[]string{"--exclude-namespaces=kube-system,Bad_NS"}, "--exclude-namespaces"},
+		{[]string{"--namespace=Bad_NS"}, "--namespace"},
+		{[]string{"--daemonset=a/b"}, "--daemonset"},
+		{[]string{"--timeout=0s"}, "--timeout"},
 	} {
 		if _, _, err := parse(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.wantErr)
@@ -55,6 +58,9 @@ func TestOptionsValidate(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	if code := run([]string{"bogus"}); code != 2 {
 		t.Errorf("unknown subcommand: exit %d", code)
+	}
+	if code := run([]string{"uninstall-all"}); code != 2 {
+		t.Errorf("uninstall-all without --namespace: exit %d", code)
 	}
 	if code := run([]string{"ready", "extra"}); code != 2 {
 		t.Errorf("two subcommands: exit %d", code)

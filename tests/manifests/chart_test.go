@@ -79,11 +79,25 @@ func helmTemplate(dir string, vals map[string]any) ([]*unstructured.Unstructured
 	return helmTemplateNamespace(dir, namespace, vals)
 }
 
-// helmTemplateNamespace is helmTemplate with another release namespace.
+// helmTemplateNamespace is helmTemplate with another release namespace:
+// the release's objects, without its hooks (helmHooks).
 func helmTemplateNamespace(dir, ns string, vals map[string]any) ([]*unstructured.Unstructured, error) {
+	objs, _, err := helmRender(dir, ns, vals)
+	return objs, err
+}
+
+// helmHooks are the hook objects of the chart rendered into namespace.
+func helmHooks(dir string, vals map[string]any) ([]*unstructured.Unstructured, error) {
+	_, hooks, err := helmRender(dir, namespace, vals)
+	return hooks, err
+}
+
+// helmRender renders the release manifest and, apart, its hooks: hooks
+// have no kustomize counterpart.
+func helmRender(dir, ns string, vals map[string]any) (objs, hooks []*unstructured.Unstructured, err error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
@@ -94,17 +108,33 @@ func helmTemplateNamespace(dir, ns string, vals map[string]any) ([]*unstructured
 	install.KubeVersion = &common.KubeVersion{Version: "v1.30.0", Major: "1", Minor: "30"}
 	rel, err := install.Run(ch, vals)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, ok := rel.(*releasev1.Release)
 	if !ok {
-		return nil, fmt.Errorf("helm returned a %T, want a v1 release", rel)
+		return nil, nil, fmt.Errorf("helm returned a %T, want a v1 release", rel)
 	}
-	if len(r.Hooks) > 0 {
-		return nil, fmt.Errorf("the chart has %d hooks; objects outside the release manifest are not compared", len(r.Hooks))
+	objs, err = decodeManifest(r.Manifest)
+	if err != nil {
+		return nil, nil, err
 	}
-	return decodeManifest(r.Manifest)
+	for _, h := range r.Hooks {
+		hs, err := decodeManifest(h.Manifest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("hook %s: %w", h.Name, err)
+		}
+		hooks = append(hooks, hs...)
+	}
+	for _, o := range objs {
+		if _, ok := o.GetAnnotations()[hookAnnotation]; ok {
+			return nil, nil, fmt.Errorf("%s: a hook in the release manifest", objectID(o))
+		}
+	}
+	return objs, hooks, nil
 }
+
+// hookAnnotation marks a Helm hook.
+const hookAnnotation = "helm.sh/hook"
 
 // decodeManifest splits a rendered release into objects with the YAML
 // parser and the JSON round trip of buildDir, so both sides of a comparison

@@ -143,10 +143,20 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t.Logf("helm upgrade to v0.2.0 -> both workloads rolled, controller leading (%s): %v", holder, time.Since(start).Round(100*time.Millisecond))
 	checkRelease(t, helm.list(t, ns), "2", "consul-cni-repair-0.2.0", "v0.2.0")
 
-	// uninstall: every object of the release is gone.
-	helm.run(t, "uninstall", "ccr", "-n", ns, "--wait", "--timeout", "5m")
+	// uninstall: the pre-delete hook switches the installer to removers and
+	// completes once the node is clean; then every object of the release,
+	// the hook's included, is gone, nothing of ours is left on the node and
+	// a new non-injected pod starts there.
+	_, hooks, err := helmRender(chartDir(t), ns, chartValues(t, []string{"without-prometheus-operator.yaml"}))
+	if err != nil || len(hooks) == 0 {
+		t.Fatalf("the chart's hooks: %d (%v)", len(hooks), err)
+	}
+	start = time.Now()
+	helm.run(t, "uninstall", "ccr", "-n", ns, "--wait", "--timeout", "8m")
+	t.Logf("helm uninstall (pre-delete hook: every node clean): %v", time.Since(start).Round(100*time.Millisecond))
+	assertNothingOfOurs(t, node)
 	poll.Eventually(t, 3*time.Minute, "every rendered object deleted", func() error {
-		for _, o := range rendered {
+		for _, o := range append(append([]*unstructured.Unstructured{}, rendered...), hooks...) {
 			ri, err := a.resource(o)
 			if err != nil {
 				return err
@@ -161,6 +171,8 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		}
 		return nil
 	})
+	assertNothingOfOurs(t, node)
+	plainPodRuns(t, c, c.Namespace(t), node.Name())
 	if rels := helm.list(t, ns); len(rels) != 0 {
 		t.Errorf("helm list after uninstall: %+v", rels)
 	}

@@ -100,27 +100,35 @@ func TestRemoveOnSimulatedNodes(t *testing.T) {
 	ns := c.Namespace(t)
 	for _, n := range nodes {
 		assertNothingOfOurs(t, n)
-		name := "plain-" + n.Name()
-		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{"kubernetes.io/hostname": n.Name()},
-				Containers:   []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		poll.Eventually(t, 2*time.Minute, "pod "+name+" running", func() error {
-			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-				return fmt.Errorf("phase %s, node %q, conditions %v", p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
-			}
-			return nil
-		})
+		plainPodRuns(t, c, ns, n.Name())
 	}
+}
+
+// plainPodRuns creates a pod without any annotation on node and waits
+// until it runs with an address.
+func plainPodRuns(t *testing.T, c *cluster.Cluster, ns, node string) {
+	t.Helper()
+	ctx := context.Background()
+	name := "plain-" + node
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+			Containers:   []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 2*time.Minute, "pod "+name+" running", func() error {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s, node %q, conditions %v", p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
+		}
+		return nil
+	})
 }
 
 // applyAll applies the build without the Prometheus Operator kinds and
