@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 )
 
@@ -98,7 +99,7 @@ func (o *options) Validate() error {
 		if err != nil {
 			return fmt.Errorf("--plugin-binary not set and this executable's path is unknown: %v", err)
 		}
-		o.PluginBinary = filepath.Join(filepath.Dir(exe), install.PluginType)
+		o.PluginBinary = filepath.Join(filepath.Dir(exe), cniconf.PluginType)
 	}
 	return nil
 }

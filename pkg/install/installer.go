@@ -28,6 +28,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // Config is what the installer works on. Directories come in two views:
@@ -100,13 +102,15 @@ func New(cfg Config) (*Installer, error) {
 // Entry is the chain entry the installer writes.
 func (in *Installer) Entry() PluginConfig {
 	return PluginConfig{
-		Name:       PluginName,
-		Type:       PluginType,
-		CNIBinDir:  in.cfg.HostBinDir,
-		CNINetDir:  in.cfg.HostNetDir,
-		Kubeconfig: KubeconfigFileName,
-		LogLevel:   in.cfg.LogLevel,
-		Multus:     in.cfg.Multus,
+		Name: cniconf.PluginName,
+		Type: cniconf.PluginType,
+		Settings: cniconf.Settings{
+			CNIBinDir:  in.cfg.HostBinDir,
+			CNINetDir:  in.cfg.HostNetDir,
+			Kubeconfig: cniconf.KubeconfigFileName,
+			LogLevel:   in.cfg.LogLevel,
+			Multus:     in.cfg.Multus,
+		},
 
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 	}
@@ -159,7 +163,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 	if in.cfg.PluginBinary == "" {
 		return st, errors.New("no plugin binary to install")
 	}
-	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, PluginType)
+	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, cniconf.PluginType)
 	if err != nil {
 		return st, err
 	}
@@ -179,7 +183,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 		credErr = err
 		st.Wrote = append(st.Wrote, w...)
 		st.Recheck = recheck
-		kc := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+		kc := filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 		if fi, err := os.Stat(kc); err != nil || !fi.Mode().IsRegular() {
 			return st, errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig %s is not in place, so the plugin is not chained", kc))
 		}
@@ -193,11 +197,11 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 // from what is on disk.
 func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
 	// The kubeconfig first: it names the token file and holds no secret.
-	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
+	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, cniconf.TokenFileName))
 	if err != nil {
 		return nil, false, err
 	}
-	kcPath := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+	kcPath := filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 	if cur, err := os.ReadFile(kcPath); err != nil || string(cur) != string(kc) {
 		if err := writeAtomic(kcPath, kc, 0o600); err != nil {
 			return nil, false, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
@@ -209,7 +213,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 	if err != nil {
 		return wrote, false, err
 	}
-	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
+	tokenPath := filepath.Join(in.cfg.NetDir, cniconf.TokenFileName)
 	write := true
 	if cur, err := os.ReadFile(tokenPath); err == nil {
 		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
@@ -535,7 +539,7 @@ func isOwnTemp(path string) bool {
 // network the runtime reads, with its kubeconfig and token in place.
 // Otherwise the error says what is missing.
 func (in *Installer) Ready() error {
-	bin := filepath.Join(in.cfg.BinDir, PluginType)
+	bin := filepath.Join(in.cfg.BinDir, cniconf.PluginType)
 	st, err := os.Stat(bin)
 	if err != nil {
 		return fmt.Errorf("plugin binary: %w", err)
@@ -577,12 +581,12 @@ func (in *Installer) Ready() error {
 		}
 		kc := filepath.Join(in.cfg.NetDir, e.Kubeconfig)
 		if filepath.IsAbs(e.Kubeconfig) || e.Kubeconfig == "" {
-			kc = filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+			kc = filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 		}
 		if _, err := clientcmd.LoadFromFile(kc); err != nil {
 			return fmt.Errorf("plugin kubeconfig: %w", err)
 		}
-		tok, err := os.ReadFile(filepath.Join(in.cfg.NetDir, TokenFileName))
+		tok, err := os.ReadFile(filepath.Join(in.cfg.NetDir, cniconf.TokenFileName))
 		if err != nil {
 			return fmt.Errorf("plugin token: %w", err)
 		}

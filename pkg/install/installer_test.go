@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,7 +116,7 @@ func assertRuntimeChained(t *testing.T, dir string, want ...string) {
 		t.Fatalf("containerd would not load %s: %v", dir, err)
 	}
 	got := strings.Join(chainTypes(l), ",")
-	if exp := strings.Join(append(want, PluginType), ","); got != exp {
+	if exp := strings.Join(append(want, cniconf.PluginType), ","); got != exp {
 		t.Fatalf("runtime chain from %s = %s, want %s", filepath.Base(f), got, exp)
 	}
 }
@@ -244,7 +245,7 @@ func TestReconcilePrimaries(t *testing.T) {
 				switch {
 				case !ok:
 					t.Errorf("uninstall lost %s", name)
-				case strings.HasSuffix(name, ".conflist") && strings.Contains(body, PluginType):
+				case strings.HasSuffix(name, ".conflist") && strings.Contains(body, cniconf.PluginType):
 					out, _, _ := UnchainInline([]byte(body))
 					if !sameJSON([]byte(got), out) {
 						t.Errorf("%s after uninstall:\n%s", name, got)
@@ -262,7 +263,7 @@ func TestReconcilePrimaries(t *testing.T) {
 					t.Errorf("uninstall left %s", name)
 				}
 			}
-			if exists(filepath.Join(n.bin, PluginType)) {
+			if exists(filepath.Join(n.bin, cniconf.PluginType)) {
 				t.Errorf("binary left after uninstall")
 			}
 			if err := in.Ready(); err == nil {
@@ -295,7 +296,7 @@ func TestReconcileWaitsForPrimary(t *testing.T) {
 		t.Fatalf("Ready = %v", err)
 	}
 	// The binary and credentials are in place already; nothing else is.
-	for _, f := range []string{filepath.Join(n.bin, PluginType), filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName)} {
+	for _, f := range []string{filepath.Join(n.bin, cniconf.PluginType), filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName)} {
 		if !exists(f) {
 			t.Errorf("%s missing", f)
 		}
@@ -313,7 +314,7 @@ func TestBinaryAtomicCopy(t *testing.T) {
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(n.bin, PluginType)
+	dst := filepath.Join(n.bin, cniconf.PluginType)
 	st1, _ := os.Stat(dst)
 	if st1.Mode().Perm() != 0o755 {
 		t.Errorf("mode %v", st1.Mode())
@@ -385,11 +386,11 @@ func TestReadyFailures(t *testing.T) {
 		}, wantErr: "not the last plugin"},
 		{name: "kubeconfig missing", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			os.Remove(filepath.Join(n.net, KubeconfigFileName))
+			os.Remove(filepath.Join(n.net, cniconf.KubeconfigFileName))
 		}, wantErr: "plugin kubeconfig"},
 		{name: "token missing", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			os.Remove(filepath.Join(n.net, TokenFileName))
+			os.Remove(filepath.Join(n.net, cniconf.TokenFileName))
 		}, wantErr: "plugin token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -456,7 +457,7 @@ func TestPluginKubeconfig(t *testing.T) {
 	n := newNode(t)
 	in := n.installer(t)
 	reconcile(t, in)
-	kc := filepath.Join(n.net, KubeconfigFileName)
+	kc := filepath.Join(n.net, cniconf.KubeconfigFileName)
 	body, _ := os.ReadFile(kc)
 	if strings.Contains(string(body), "token-1") {
 		t.Fatalf("kubeconfig embeds the token:\n%s", body)
@@ -476,10 +477,10 @@ func TestPluginKubeconfig(t *testing.T) {
 	if cl.Server != "https://10.96.0.1:443" || string(cl.CertificateAuthorityData) != "CA" {
 		t.Errorf("server %q CA %q", cl.Server, cl.CertificateAuthorityData)
 	}
-	if ai.TokenFile != "/etc/cni/net.d/"+TokenFileName || ai.Token != "" {
+	if ai.TokenFile != "/etc/cni/net.d/"+cniconf.TokenFileName || ai.Token != "" {
 		t.Errorf("token %q tokenFile %q, want only tokenFile at the host path", ai.Token, ai.TokenFile)
 	}
-	tok := filepath.Join(n.net, TokenFileName)
+	tok := filepath.Join(n.net, cniconf.TokenFileName)
 	if b, _ := os.ReadFile(tok); string(b) != "token-1" {
 		t.Errorf("token copy %q", b)
 	}
@@ -642,13 +643,13 @@ func TestRunWatchesAndReappends(t *testing.T) {
 	assertRuntimeChained(t, n.net, "flannel")
 
 	// Somebody deletes the plugin binary.
-	os.Remove(filepath.Join(n.bin, PluginType))
+	os.Remove(filepath.Join(n.bin, cniconf.PluginType))
 	poll.Eventually(t, 2*time.Minute, "binary restored", in.Ready)
 
 	// kubelet rotates the service-account token.
 	swapToken(t, n, "token-rotated")
 	poll.Eventually(t, 2*time.Minute, "token copy refreshed", func() error {
-		b, _ := os.ReadFile(filepath.Join(n.net, TokenFileName))
+		b, _ := os.ReadFile(filepath.Join(n.net, cniconf.TokenFileName))
 		if string(b) != "token-rotated" {
 			return fmt.Errorf("token copy %q", b)
 		}
@@ -692,7 +693,7 @@ func TestBinaryCorruptedInPlace(t *testing.T) {
 	in := n.installer(t)
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	reconcile(t, in)
-	dst := filepath.Join(n.bin, PluginType)
+	dst := filepath.Join(n.bin, cniconf.PluginType)
 	// Same size, other bytes, written in place (its time changes).
 	time.Sleep(10 * time.Millisecond)
 	b, _ := os.ReadFile(dst)
@@ -780,7 +781,7 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
-	if !exists(filepath.Join(n.net, KubeconfigFileName)) || exists(filepath.Join(n.net, TokenFileName)) {
+	if !exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || exists(filepath.Join(n.net, cniconf.TokenFileName)) {
 		t.Fatalf("files %v", keys(snapshot(t, n.net)))
 	}
 	if err := in.Ready(); err == nil {
@@ -789,13 +790,13 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	nk := newNode(t)
 	ink := nk.installer(t)
 	writeFiles(t, nk.net, map[string]string{"10-kindnet.conflist": kindnet})
-	if err := os.Mkdir(filepath.Join(nk.net, KubeconfigFileName), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(nk.net, cniconf.KubeconfigFileName), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ink.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "not chained") {
 		t.Fatalf("err = %v", err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), PluginType) {
+	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), cniconf.PluginType) {
 		t.Fatal("chained without a kubeconfig")
 	}
 	// Without the binary nothing is chained: every ADD on the node would
@@ -807,7 +808,7 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	if _, err := in2.Reconcile(context.Background()); err == nil {
 		t.Fatal("no error without a plugin binary")
 	}
-	if b, _ := os.ReadFile(filepath.Join(n2.net, "10-kindnet.conflist")); strings.Contains(string(b), PluginType) {
+	if b, _ := os.ReadFile(filepath.Join(n2.net, "10-kindnet.conflist")); strings.Contains(string(b), cniconf.PluginType) {
 		t.Fatal("chained without a binary")
 	}
 }

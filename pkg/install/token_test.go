@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"os"
 	"path/filepath"
@@ -138,7 +139,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	if during != 0 {
 		t.Errorf("the token file was written %d times in 1s while both installers ran", during)
 	}
-	tokPath := filepath.Join(n.net, TokenFileName)
+	tokPath := filepath.Join(n.net, cniconf.TokenFileName)
 	if b, _ := os.ReadFile(tokPath); string(b) != oldTok {
 		t.Fatalf("while both run, the later-expiring token should stay")
 	}

@@ -25,6 +25,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/sdkref"
@@ -272,7 +273,7 @@ func backendFor(t *testing.T, name string) redirect.Backend {
 func consulEntry(t *testing.T, backend string, extra map[string]any) map[string]any {
 	dir := t.TempDir()
 	e := map[string]any{
-		"cni_bin_dir": "/opt/cni/bin", "cni_net_dir": dir, "kubeconfig": "ZZZ-consul-cni-kubeconfig",
+		"cni_bin_dir": "/opt/cni/bin", "cni_net_dir": dir, "kubeconfig": cniconf.ConsulK8sKubeconfigFileName,
 		"log_level": "debug", "multus": false, "state_dir": dir, "iptables_backend": backend,
 		"log_file": filepath.Join(dir, "consul-cni.log"),
 	}
@@ -424,7 +425,7 @@ func (s *apiStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *apiStub) kubeconfig(t *testing.T, dir, server string) {
 	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user:\n    tokenFile: token\n", server)
-	if err := os.WriteFile(filepath.Join(dir, "ZZZ-consul-cni-kubeconfig"), []byte(kc), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, cniconf.ConsulK8sKubeconfigFileName), []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0k3n"), 0o600); err != nil {

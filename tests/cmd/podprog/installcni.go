@@ -13,10 +13,12 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // consulK8sKubeconfig is the kubeconfig file consul-k8s's installer writes.
-const consulK8sKubeconfig = "ZZZ-consul-cni-kubeconfig"
+const consulK8sKubeconfig = cniconf.ConsulK8sKubeconfigFileName
 
 // installCNI stands in for consul-k8s's install-cni: it copies the plugin,
 // writes a kubeconfig with the service-account token embedded, appends the
