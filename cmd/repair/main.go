@@ -94,7 +94,29 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "Time allowed to stop the HTTP servers on shutdown.")
 }
 
-// Validate copies the string flags into the config and validates it.
+// configFlags maps the keys of repair.ManagerConfig (its field names, as
+// the library's errors name them) to the flags that set them.
+var configFlags = map[string]string{
+	"Action": "action", "DryRun": "dry-run", "Gate": "cni-ready-gate", "AllowBarePods": "allow-bare-pods",
+	"MinPodAge": "min-pod-age", "SandboxSlack": "sandbox-slack",
+	"InitContainerNames": "init-container-name", "InitExitCode": "init-exit-code",
+	"InjectedPodSelector":        "injected-pod-selector",
+	"MaxRepairsPerMinute":        "max-repairs-per-minute",
+	"MaxRepairsPerNodePerMinute": "max-repairs-per-node-per-minute",
+	"BackoffBase":                "backoff-base", "BackoffMax": "backoff-max",
+	"Breaker": "circuit-breaker", "BreakerThreshold": "breaker-threshold", "BreakerMinPods": "breaker-min-pods",
+	"Workers": "workers", "Resync": "resync-period",
+	"NodeReadiness": "node-readiness", "CNINamespace": "cni-namespace", "CNIPodSelector": "cni-pod-selector",
+	"StartupTaintKey": "startup-taint-key", "ReaddStartupTaint": "readd-startup-taint", "StartupTaintEffect": "startup-taint-effect",
+	"LeaderElect": "leader-elect", "LeaseNamespace": "leader-election-namespace", "LeaseName": "leader-election-id",
+	"LeaseDuration": "leader-election-lease-duration", "RenewDeadline": "leader-election-renew-deadline",
+	"RetryPeriod": "leader-election-retry-period",
+	"MetricsAddr": "metrics-bind-address", "HealthAddr": "health-probe-bind-address",
+	"ShutdownTimeout": "shutdown-timeout", "Profiling": "profiling",
+}
+
+// Validate copies the string flags into the config and validates it; the
+// error names the flag.
 func (o *options) Validate() error {
 	o.cfg.Action = repair.Action(o.action)
 	o.cfg.Gate = repair.GateMode(o.gate)
@@ -102,7 +124,7 @@ func (o *options) Validate() error {
 	if o.qps <= 0 || o.burst < 1 {
 		return fmt.Errorf("--kube-api-qps/--kube-api-burst: %v/%d must be positive", o.qps, o.burst)
 	}
-	return o.cfg.Validate()
+	return cmdutil.FlagError(o.cfg.Validate(), configFlags)
 }
 
 // restConfig: --kubeconfig, else $KUBECONFIG, else in-cluster.
@@ -176,7 +198,7 @@ func run(args []string) error {
 	ctx = klog.NewContext(ctx, logger)
 	m, err := repair.NewManager(client, o.cfg)
 	if err != nil {
-		return err
+		return cmdutil.FlagError(err, configFlags)
 	}
 	logger.Info("Starting", "version", version.Version, "metrics", m.MetricsAddr(), "health", m.HealthAddr(),
 		"leaderElect", o.cfg.LeaderElect, "action", o.cfg.Action, "dryRun", o.cfg.DryRun, "gate", o.cfg.Gate)

@@ -73,16 +73,8 @@ type Installer struct {
 
 // New checks cfg and returns an installer.
 func New(cfg Config) (*Installer, error) {
-	for _, f := range []struct{ name, v string }{
-		{"cni-bin-dir", cfg.BinDir}, {"cni-net-dir", cfg.NetDir},
-		{"host-cni-bin-dir", cfg.HostBinDir}, {"host-cni-net-dir", cfg.HostNetDir},
-	} {
-		if f.v == "" {
-			return nil, fmt.Errorf("%s must be set", f.name)
-		}
-		if !filepath.IsAbs(f.v) {
-			return nil, fmt.Errorf("%s: %q is not an absolute path", f.name, f.v)
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second

@@ -162,3 +162,14 @@ func TestNewKubeClientHonoursTokenFileAndTimeout(t *testing.T) {
 		t.Fatalf("timeout %v tokenFile %q", rc.client.Timeout, rc.tokenFile)
 	}
 }
+
+// The plugin accepts every log level the installer may write.
+func TestConfigAcceptsSharedLogLevels(t *testing.T) {
+	for _, l := range cniconf.LogLevels {
+		c := &Config{}
+		c.CNIVersion, c.LogLevel = "1.0.0", l
+		if err := c.validate(); err != nil {
+			t.Errorf("log_level %q: %v", l, err)
+		}
+	}
+}
