@@ -94,7 +94,9 @@ type node struct {
 	installer              string
 }
 
-func newNode(t *testing.T) node {
+// newInstallerHost makes a host tree in a temporary directory (empty CNI
+// bin and net dirs, a plugin executable to install) and builds the installer.
+func newInstallerHost(t *testing.T) node {
 	t.Helper()
 	root := t.TempDir()
 	n := node{root: root, bin: filepath.Join(root, "opt/cni/bin"), net: filepath.Join(root, "etc/cni/net.d"),
@@ -207,7 +209,7 @@ func setupNamespace(t *testing.T, c *cluster.Cluster) string {
 func TestInstallerLifecycle(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := setupNamespace(t, c)
-	n := newNode(t)
+	n := newInstallerHost(t)
 	if err := os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +292,7 @@ func TestInstallerLifecycle(t *testing.T) {
 func TestRollingUpdateTokenHandover(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := setupNamespace(t, c)
-	n := newNode(t)
+	n := newInstallerHost(t)
 	if err := os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,7 @@ func run(args []string) int {
 		cfg.Client = &install.ClientSource{}
 		in, err := install.New(cfg)
 		if err == nil {
-			err = in.Ready()
+			err = in.VerifyInstalled()
 		}
 		if err != nil {
 			fmt.Printf("not ready: %v\n", err)

@@ -140,8 +140,8 @@ func Primary(cands []Candidate) (primary Candidate, invalidBefore []Candidate, o
 	return Candidate{}, invalidBefore, false
 }
 
-// ChainState describes where the plugin sits in a network's effective chain.
-type ChainState struct {
+// EntryPlacement describes where the plugin sits in a network's effective chain.
+type EntryPlacement struct {
 	// Count is the number of consul-cni entries in the chain.
 	Count int
 	// Last is true when the only consul-cni entry is the last plugin.
@@ -152,9 +152,9 @@ type ChainState struct {
 	Plugins int
 }
 
-// State reports where the plugin sits in the network as loaded by libcni.
-func State(n *libcni.NetworkConfigList) ChainState {
-	var s ChainState
+// FindEntry reports where the plugin sits in the network as loaded by libcni.
+func FindEntry(n *libcni.NetworkConfigList) EntryPlacement {
+	var s EntryPlacement
 	if n == nil {
 		return s
 	}

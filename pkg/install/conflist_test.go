@@ -295,7 +295,7 @@ func FuzzChainInline(f *testing.F) {
 // The entry carries exclude_namespaces only when it is set, and the plugin
 // reads it under that key.
 func TestEntryExcludeNamespaces(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	if b := n.installer(t).Entry().json(); strings.Contains(string(b), "exclude_namespaces") {
 		t.Fatalf("unset but written: %s", b)
 	}

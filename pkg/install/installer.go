@@ -108,8 +108,8 @@ func (in *Installer) Entry() PluginConfig {
 	}
 }
 
-// Status is the outcome of one pass.
-type Status struct {
+// PassResult is what one pass of the installer found and changed.
+type PassResult struct {
 	// Primary is the network file the runtime reads (container view),
 	// empty while there is none.
 	Primary string
@@ -128,9 +128,9 @@ type Status struct {
 // Reconcile makes one pass: binary, token and kubeconfig, then the chain.
 // Nothing is chained unless the binary is in place; a failure to write the
 // credentials is returned but does not stop the chaining.
-func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
+func (in *Installer) Reconcile(ctx context.Context) (PassResult, error) {
 	log := klog.FromContext(ctx)
-	var st Status
+	var st PassResult
 	st, err := in.reconcile(ctx, st)
 	switch {
 	case err != nil:
@@ -146,7 +146,7 @@ func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
 	return st, err
 }
 
-func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
+func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, error) {
 	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return st, err
@@ -222,7 +222,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 
 // ensureChain makes the primary network end with the entry. Each step
 // rescans the directory, since every write changes what the runtime sees.
-func (in *Installer) ensureChain(ctx context.Context, st Status) (Status, error) {
+func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult, error) {
 	log := klog.FromContext(ctx)
 	entry := in.Entry().json()
 	for attempt := 0; attempt < 10; attempt++ {
@@ -389,7 +389,7 @@ func freeName(path string) string {
 // makes a pass at once, after every change in the watched directories
 // (debounced) and every Resync. ready, when not nil, receives the outcome of
 // each pass. Cancellation (SIGTERM) leaves everything in place.
-func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
+func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) error {
 	log := klog.FromContext(ctx)
 	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -402,7 +402,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 	}
 	defer fw.Close()
 	w := &dirWatcher{w: fw, log: log, watched: map[string]uint64{}}
-	rewatch := func(st Status) {
+	rewatch := func(st PassResult) {
 		dirs := []string{in.cfg.NetDir, in.cfg.BinDir}
 		if in.cfg.Client != nil && in.cfg.Client.TokenFile != "" {
 			dirs = append(dirs, filepath.Dir(in.cfg.Client.TokenFile))
@@ -430,7 +430,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 			ready(st, err)
 		}
 	}
-	rewatch(Status{})
+	rewatch(PassResult{})
 	pass()
 
 	resync := time.NewTicker(in.cfg.Resync)
@@ -526,11 +526,11 @@ func isOwnTemp(path string) bool {
 	return strings.HasPrefix(b, ".") && strings.HasSuffix(b, ".tmp")
 }
 
-// Ready returns nil only when the plugin binary is installed (identical to
+// VerifyInstalled returns nil only when the plugin binary is installed (identical to
 // PluginBinary) and consul-cni is the last plugin, exactly once, of the
 // network the runtime reads, with its kubeconfig and token in place.
 // Otherwise the error says what is missing.
-func (in *Installer) Ready() error {
+func (in *Installer) VerifyInstalled() error {
 	bin := filepath.Join(in.cfg.BinDir, cniconf.PluginType)
 	st, err := os.Stat(bin)
 	if err != nil {
@@ -559,7 +559,7 @@ func (in *Installer) Ready() error {
 	if !p.List {
 		return fmt.Errorf("the runtime reads %s, a single-network file without consul-cni", p.Path)
 	}
-	s := State(p.Network)
+	s := FindEntry(p.Network)
 	switch {
 	case s.Count == 0:
 		return fmt.Errorf("consul-cni is not in the chain of %s (network %q)", p.Path, p.Network.Name)

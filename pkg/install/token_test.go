@@ -78,7 +78,7 @@ func TestTokenDecision(t *testing.T) {
 // the token file must not flip back and forth while both run, and must hold
 // the new pod's token soon after the old pod starts terminating.
 func TestRollingUpdateTokenHandover(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	exp := time.Now().Add(time.Hour)
 	oldTok := fakeToken("consul-cni-old", "uid-old", exp.Add(10*time.Minute)) // rotated: expires later
@@ -106,7 +106,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 			c.Resync = 100 * time.Millisecond
 		})
 	}
-	count := func(st Status, err error) {
+	count := func(st PassResult, err error) {
 		for _, w := range st.Wrote {
 			if w == "token" {
 				mu.Lock()
@@ -120,12 +120,12 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	defer stopOld()
 	doneOld := make(chan struct{})
 	go func() { defer close(doneOld); oldIn.Run(ctxOld, count) }()
-	poll.Eventually(t, 2*time.Minute, "old installer ready", oldIn.Ready)
+	poll.Eventually(t, 2*time.Minute, "old installer ready", oldIn.VerifyInstalled)
 	ctxNew, stopNew := context.WithCancel(context.Background())
 	defer stopNew()
 	doneNew := make(chan struct{})
 	go func() { defer close(doneNew); newIn.Run(ctxNew, count) }()
-	poll.Eventually(t, 2*time.Minute, "new installer ready", newIn.Ready)
+	poll.Eventually(t, 2*time.Minute, "new installer ready", newIn.VerifyInstalled)
 
 	// Both run for a while (many resyncs and rechecks): the token stays put.
 	time.Sleep(time.Second)
@@ -155,7 +155,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 		}
 		return nil
 	})
-	if err := newIn.Ready(); err != nil {
+	if err := newIn.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 	stopNew()

@@ -18,13 +18,13 @@ const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam
 // credentials in place.
 func installed(t *testing.T) (node, *Installer) {
 	t.Helper()
-	n := newNode(t)
+	n := newHostDirs(t)
 	writeFiles(t, n.net, map[string]string{"10-n.conflist": ptpList})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Ready(); err != nil {
+	if err := in.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 	return n, in
@@ -116,7 +116,7 @@ func TestUninstallKeepsAnotherInstallersBinary(t *testing.T) {
 }
 
 func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	res, err := in.Uninstall(context.Background())
 	if err != nil || res.Found() {
@@ -133,7 +133,7 @@ func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
 }
 
 func TestLeftovers(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	writeFiles(t, n.net, map[string]string{"10-flannel.conf": flannelConf})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {

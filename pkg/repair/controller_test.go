@@ -958,7 +958,7 @@ func TestBreakerBaselineSurvivesRestart(t *testing.T) {
 
 // What the node-readiness controller writes is what the gate reads back.
 func TestReadySinceRoundTrip(t *testing.T) {
-	nr := newNRHarness(t, nil, newNode(nil), cniPod("n1", true, -time.Second))
+	nr := newNRHarness(t, nil, nodeObject(nil), cniPod("n1", true, -time.Second))
 	nr.n.now = func() time.Time { return t0.Add(-7 * time.Minute) }
 	if err := nr.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
