@@ -13,7 +13,9 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,14 +67,14 @@ func installStartupTaintPolicy(t *testing.T, c *cluster.Cluster) {
 		api := c.Client.AdmissionregistrationV1()
 		_ = api.MutatingAdmissionPolicyBindings().Delete(bg, startupTaintPolicyName, metav1.DeleteOptions{})
 		_ = api.MutatingAdmissionPolicies().Delete(bg, startupTaintPolicyName, metav1.DeleteOptions{})
-		eventually(t, 2*time.Minute, "the policy no longer applies", func() error {
+		poll.Eventually(t, 2*time.Minute, "the policy no longer applies", func() error {
 			if on, err := probeStartupTaint(bg, c.Client); err != nil || on {
 				return fmt.Errorf("tainted %v, error %v", on, err)
 			}
 			return nil
 		})
 	})
-	eventually(t, 2*time.Minute, "the policy applies", func() error {
+	poll.Eventually(t, 2*time.Minute, "the policy applies", func() error {
 		if on, err := probeStartupTaint(ctx, c.Client); err != nil || !on {
 			return fmt.Errorf("tainted %v, error %v", on, err)
 		}
@@ -207,7 +209,7 @@ func sameTaints(got, want []corev1.Taint) bool {
 // the taint (the node's only one), and the taint stays: nothing else lifts
 // it.
 func TestNodeStartupTaintWithoutController(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", "consul-cni-installer")); err != nil {
+	if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", "consul-cni-installer")); err != nil {
 		t.Skip("cmd/consul-cni-installer is not in this tree")
 	}
 	c := cluster.Shared(t)
@@ -241,11 +243,11 @@ func TestNodeStartupTaintWithoutController(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { deleteWorkloads(t, c) })
-	eventually(t, 4*time.Minute, "installer pod Ready on "+node.Name(), func() error {
+	poll.Eventually(t, 4*time.Minute, "installer pod Ready on "+node.Name(), func() error {
 		return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+installerName, node.Name(), 1)
 	})
 	// Once the node is Ready its only taint is the startup taint.
-	eventually(t, 2*time.Minute, "node "+node.Name()+" tainted with the startup taint only", func() error {
+	poll.Eventually(t, 2*time.Minute, "node "+node.Name()+" tainted with the startup taint only", func() error {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Name(), metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -271,7 +273,7 @@ func TestNodeStartupTaintWithoutController(t *testing.T) {
 		_ = c.Client.CoreV1().Pods(namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	})
 
-	eventually(t, 2*time.Minute, "the scheduler refuses the ordinary pod for the taint", func() error {
+	poll.Eventually(t, 2*time.Minute, "the scheduler refuses the ordinary pod for the taint", func() error {
 		p, err := c.Client.CoreV1().Pods(namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

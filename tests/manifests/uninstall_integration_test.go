@@ -19,7 +19,6 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
