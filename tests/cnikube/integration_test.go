@@ -162,8 +162,8 @@ func (e *env) writeToken(t *testing.T, token string) {
 
 func (e *env) chain(t *testing.T, extra map[string]any) *cnichain.Chain {
 	entry := map[string]any{
-		"cni_bin_dir": "/opt/cni/bin", "cni_net_dir": e.netDir, "kubeconfig": cniconf.ConsulK8sKubeconfigFileName,
-		"log_level": "debug", "state_dir": e.netDir, "log_file": filepath.Join(e.netDir, "consul-cni.log"),
+		cniconf.KeyCNIBinDir: "/opt/cni/bin", cniconf.KeyCNINetDir: e.netDir, cniconf.KeyKubeconfig: cniconf.ConsulK8sKubeconfigFileName,
+		cniconf.KeyLogLevel: "debug", "state_dir": e.netDir, "log_file": filepath.Join(e.netDir, "consul-cni.log"),
 	}
 	for k, v := range extra {
 		entry[k] = v

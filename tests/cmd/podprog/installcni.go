@@ -48,8 +48,9 @@ func installCNI(ctx context.Context, args []string) error {
 		return err
 	}
 	list, err := editFirstList(*netDir, func(plugins []map[string]any) []map[string]any {
-		return append(plugins, map[string]any{"name": "consul-cni", "type": "consul-cni", "cni_bin_dir": *binDir,
-			"cni_net_dir": *netDir, "kubeconfig": consulK8sKubeconfig, "log_level": "info", "multus": false})
+		return append(plugins, map[string]any{"name": cniconf.PluginName, "type": cniconf.PluginType,
+			cniconf.KeyCNIBinDir: *binDir, cniconf.KeyCNINetDir: *netDir, cniconf.KeyKubeconfig: consulK8sKubeconfig,
+			cniconf.KeyLogLevel: "info", cniconf.KeyMultus: false})
 	})
 	if err != nil {
 		return err
