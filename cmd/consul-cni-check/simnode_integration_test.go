@@ -125,7 +125,7 @@ func TestCheckOnSimulatedNodes(t *testing.T) {
 	if _, err := in.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Ready(); err != nil {
+	if err := in.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = in.Uninstall(context.Background()) })

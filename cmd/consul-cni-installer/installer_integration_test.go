@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
@@ -94,7 +94,9 @@ type node struct {
 	installer              string
 }
 
-func newNode(t *testing.T) node {
+// newInstallerHost makes a host tree in a temporary directory (empty CNI
+// bin and net dirs, a plugin executable to install) and builds the installer.
+func newInstallerHost(t *testing.T) node {
 	t.Helper()
 	root := t.TempDir()
 	n := node{root: root, bin: filepath.Join(root, "opt/cni/bin"), net: filepath.Join(root, "etc/cni/net.d"),
@@ -160,7 +162,7 @@ func (n node) ready(t *testing.T) error {
 // would load it.
 func (n node) whoAmI(t *testing.T) (string, error) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(n.net, install.KubeconfigFileName))
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(n.net, cniconf.KubeconfigFileName))
 	if err != nil {
 		return "", err
 	}
@@ -207,7 +209,7 @@ func setupNamespace(t *testing.T, c *cluster.Cluster) string {
 func TestInstallerLifecycle(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := setupNamespace(t, c)
-	n := newNode(t)
+	n := newInstallerHost(t)
 	if err := os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -225,12 +227,12 @@ func TestInstallerLifecycle(t *testing.T) {
 	if want := "system:serviceaccount:" + ns + ":consul-cni"; user != want {
 		t.Fatalf("plugin authenticates as %q, want %q", user, want)
 	}
-	raw, err := clientcmd.LoadFromFile(filepath.Join(n.net, install.KubeconfigFileName))
+	raw, err := clientcmd.LoadFromFile(filepath.Join(n.net, cniconf.KubeconfigFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, ai := range raw.AuthInfos {
-		if ai.Token != "" || ai.TokenFile != filepath.Join(n.net, install.TokenFileName) {
+		if ai.Token != "" || ai.TokenFile != filepath.Join(n.net, cniconf.TokenFileName) {
 			t.Fatalf("user %s: token %q tokenFile %q", name, ai.Token, ai.TokenFile)
 		}
 	}
@@ -238,7 +240,7 @@ func TestInstallerLifecycle(t *testing.T) {
 	// kubelet rotates the pod's token: the copy follows.
 	tok2 := a.rotate(t, c, ns)
 	poll.Eventually(t, 2*time.Minute, "rotated token copied", func() error {
-		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
+		b, _ := os.ReadFile(filepath.Join(n.net, cniconf.TokenFileName))
 		if string(b) != tok2 {
 			return errors.New("old token still in place")
 		}
@@ -276,7 +278,7 @@ func TestInstallerLifecycle(t *testing.T) {
 	if bytes.Contains(b, []byte("consul-cni")) {
 		t.Fatalf("chain entry left after uninstall:\n%s", b)
 	}
-	for _, f := range []string{filepath.Join(n.bin, "consul-cni"), filepath.Join(n.net, install.KubeconfigFileName), filepath.Join(n.net, install.TokenFileName)} {
+	for _, f := range []string{filepath.Join(n.bin, "consul-cni"), filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName)} {
 		if _, err := os.Stat(f); err == nil {
 			t.Errorf("%s left after uninstall", f)
 		}
@@ -290,7 +292,7 @@ func TestInstallerLifecycle(t *testing.T) {
 func TestRollingUpdateTokenHandover(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := setupNamespace(t, c)
-	n := newNode(t)
+	n := newInstallerHost(t)
 	if err := os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -314,14 +316,14 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	// make the new installer take over.
 	oldTok := []byte(oldPod.rotate(t, c, ns))
 	poll.Eventually(t, 2*time.Minute, "the old pod's rotated token in place", func() error {
-		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
+		b, _ := os.ReadFile(filepath.Join(n.net, cniconf.TokenFileName))
 		if !bytes.Equal(b, oldTok) {
 			return errors.New("not yet")
 		}
 		return nil
 	})
 	time.Sleep(3 * time.Second) // a resync of both: the old token stays
-	if b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName)); !bytes.Equal(b, oldTok) {
+	if b, _ := os.ReadFile(filepath.Join(n.net, cniconf.TokenFileName)); !bytes.Equal(b, oldTok) {
 		t.Fatal("the installers fight over the token file while both pods run")
 	}
 
@@ -338,7 +340,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 		if user != "system:serviceaccount:"+ns+":consul-cni" {
 			return fmt.Errorf("user %q", user)
 		}
-		b, _ := os.ReadFile(filepath.Join(n.net, install.TokenFileName))
+		b, _ := os.ReadFile(filepath.Join(n.net, cniconf.TokenFileName))
 		if bytes.Equal(b, oldTok) {
 			return errors.New("the old pod's token is still in place")
 		}

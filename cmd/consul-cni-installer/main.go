@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/removal"
 )
@@ -63,7 +64,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HostNetDir, "host-cni-net-dir", "/etc/cni/net.d", "the CNI configuration directory on the host (written into the chain entry as cni_net_dir and used for the kubeconfig's tokenFile)")
 	fs.StringVar(&o.PluginBinary, "plugin-binary", "", "the consul-cni executable to install (default: consul-cni next to this executable)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the installer (default: $KUBECONFIG, else in-cluster); the plugin's kubeconfig is derived from it")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "the plugin's log level (log_level in the chain entry): trace, debug, info, warn or error")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "the plugin's log level (log_level in the chain entry): "+strings.Join(cniconf.LogLevels, ", "))
 	fs.BoolVar(&o.Multus, "multus", false, "the plugin runs as a Multus delegate (multus in the chain entry)")
 	fs.DurationVar(&o.Resync, "resync", 30*time.Second, "period of full passes besides file events; also bounds the age of the plugin's token copy")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
@@ -75,24 +76,18 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Wait, "wait", false, "uninstall: keep running and keep the node clean (every --resync) until SIGTERM; readiness: the uninstalled subcommand")
 }
 
+// configFlags maps the keys of install.Config (its field names, as the
+// library's errors name them) to the flags that set them.
+var configFlags = map[string]string{
+	"BinDir": "cni-bin-dir", "NetDir": "cni-net-dir", "HostBinDir": "host-cni-bin-dir", "HostNetDir": "host-cni-net-dir",
+	"PluginBinary": "plugin-binary", "LogLevel": "log-level", "Multus": "multus",
+	"ExcludeNamespaces": "exclude-namespaces", "Resync": "resync",
+}
+
 func (o *options) Validate() error {
-	for _, f := range []struct{ name, v string }{
-		{"cni-bin-dir", o.BinDir}, {"cni-net-dir", o.NetDir},
-		{"host-cni-bin-dir", o.HostBinDir}, {"host-cni-net-dir", o.HostNetDir},
-	} {
-		if !filepath.IsAbs(f.v) {
-			return fmt.Errorf("--%s: %q is not an absolute path", f.name, f.v)
-		}
-	}
-	switch o.LogLevel {
-	case "trace", "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("--log-level: %q is not one of trace, debug, info, warn, error", o.LogLevel)
-	}
-	for _, ns := range o.ExcludeNamespaces {
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return fmt.Errorf("--exclude-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
-		}
+	cfg := o.config()
+	if err := cfg.Validate(); err != nil {
+		return cmdutil.FlagError(err, configFlags)
 	}
 	for _, f := range []struct{ name, v string }{{"namespace", o.Namespace}, {"daemonset", o.DaemonSet}} {
 		if f.v == "" {
@@ -118,7 +113,7 @@ func (o *options) Validate() error {
 		if err != nil {
 			return fmt.Errorf("--plugin-binary not set and this executable's path is unknown: %v", err)
 		}
-		o.PluginBinary = filepath.Join(filepath.Dir(exe), install.PluginType)
+		o.PluginBinary = filepath.Join(filepath.Dir(exe), cniconf.PluginType)
 	}
 	return nil
 }
@@ -181,7 +176,7 @@ func run(args []string) int {
 		cfg.Client = &install.ClientSource{}
 		in, err := install.New(cfg)
 		if err == nil {
-			err = in.Ready()
+			err = in.VerifyInstalled()
 		}
 		if err != nil {
 			fmt.Printf("not ready: %v\n", err)

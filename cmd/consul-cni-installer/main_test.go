@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 )
 
 func parse(t *testing.T, args []string) (*options, []string, error) {
@@ -156,6 +159,48 @@ func TestDaemonSetArguments(t *testing.T) {
 	for _, pair := range [][2]string{{run.BinDir, run.HostBinDir}, {run.NetDir, run.HostNetDir}} {
 		if hp, ok := mounted[pair[0]]; !ok || hp != pair[1] {
 			t.Errorf("%s should be hostPath %s mounted there; mounts %v", pair[0], pair[1], mounted)
+		}
+	}
+}
+
+// keysWithoutFlag are the keys of install.Config no flag sets: the command
+// fills them itself.
+var keysWithoutFlag = map[string]bool{"Client": true, "Debounce": true, "PodAlive": true, "Recheck": true, "Metrics": true}
+
+func TestEveryConfigKeyHasAFlag(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	(&options{}).AddFlags(fs)
+	for f := range reflect.TypeFor[install.Config]().Fields() {
+		if keysWithoutFlag[f.Name] {
+			continue
+		}
+		flag, ok := configFlags[f.Name]
+		if !ok {
+			t.Errorf("key %s has no flag in configFlags", f.Name)
+		} else if fs.Lookup(flag) == nil {
+			t.Errorf("key %s maps to --%s, which is not a flag", f.Name, flag)
+		}
+	}
+}
+
+func TestValidateNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cni-bin-dir="}, `--cni-bin-dir: must be set`},
+		{[]string{"--host-cni-net-dir=etc"}, `--host-cni-net-dir: "etc" is not an absolute path`},
+		{[]string{"--log-level=loud"}, `--log-level: "loud" is not a log level`},
+		{[]string{"--exclude-namespaces=Bad_NS"}, `--exclude-namespaces: "Bad_NS" is not a namespace name`},
+	} {
+		if _, _, err := parse(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	// The plugin's levels, off included, are the installer's.
+	for _, l := range cniconf.LogLevels {
+		if _, _, err := parse(t, []string{"--log-level=" + l}); err != nil {
+			t.Errorf("--log-level=%s: %v", l, err)
 		}
 	}
 }

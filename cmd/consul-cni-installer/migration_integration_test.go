@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
@@ -26,7 +26,7 @@ import (
 // binary, kubeconfig and token in place and consul-cni the last plugin of
 // the primary list.
 func (n node) chainComplete(conflist string) bool {
-	for _, f := range []string{filepath.Join(n.bin, install.PluginType), filepath.Join(n.net, install.KubeconfigFileName), filepath.Join(n.net, install.TokenFileName)} {
+	for _, f := range []string{filepath.Join(n.bin, cniconf.PluginType), filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName)} {
 		if _, err := os.Stat(f); err != nil {
 			return false
 		}
@@ -39,7 +39,7 @@ func (n node) chainComplete(conflist string) bool {
 	if json.Unmarshal(b, &l) != nil || len(l.Plugins) == 0 {
 		return false
 	}
-	return l.Plugins[len(l.Plugins)-1].Type == install.PluginType
+	return l.Plugins[len(l.Plugins)-1].Type == cniconf.PluginType
 }
 
 // Migration from consul-k8s's installer: ours runs beside a stand-in of
@@ -51,7 +51,7 @@ func (n node) chainComplete(conflist string) bool {
 func TestMigrationFromConsulK8sInstaller(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := setupNamespace(t, c)
-	n := newNode(t)
+	n := newInstallerHost(t)
 	conflist := filepath.Join(n.net, "10-kindnet.conflist")
 	if err := os.WriteFile(conflist, []byte(kindnet), 0o644); err != nil {
 		t.Fatal(err)

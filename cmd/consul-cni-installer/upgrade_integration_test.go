@@ -13,7 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
@@ -48,7 +48,7 @@ func countWrites(t *testing.T, n node, conflist string) *writeCounter {
 			}
 			wc.mu.Lock()
 			switch ev.Name {
-			case filepath.Join(n.bin, install.PluginType):
+			case filepath.Join(n.bin, cniconf.PluginType):
 				wc.binary++
 			case conflist:
 				wc.chain++
@@ -116,7 +116,7 @@ func (s *readinessSampler) finish() {
 func TestUpgradeOverlapWithoutChurn(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := setupNamespace(t, c)
-	n := newNode(t)
+	n := newInstallerHost(t)
 	conflist := filepath.Join(n.net, "10-kindnet.conflist")
 	if err := os.WriteFile(conflist, []byte(kindnet), 0o644); err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestUpgradeOverlapWithoutChurn(t *testing.T) {
 	if err := newer.ready(t); err != nil {
 		t.Errorf("newer installer not ready after the older one stopped: %v", err)
 	}
-	got, err := os.ReadFile(filepath.Join(n.bin, install.PluginType))
+	got, err := os.ReadFile(filepath.Join(n.bin, cniconf.PluginType))
 	want, _ := os.ReadFile(newer.plugin)
 	if err != nil || string(got) != string(want) {
 		t.Errorf("installed plugin binary is not the newer one: %q (%v)", got, err)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -82,14 +83,37 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "Time allowed to stop the HTTP servers on shutdown.")
 }
 
-// Validate copies the string flags into the config and validates it.
+// configFlags maps the keys of repair.ManagerConfig (its field names, as
+// the library's errors name them) to the flags that set them: the detection
+// flags the audit shares, and the controller's own.
+var configFlags = func() map[string]string {
+	m := maps.Clone(repair.DetectionFlagNames)
+	maps.Copy(m, map[string]string{
+		"DryRun":                     "dry-run",
+		"MaxRepairsPerMinute":        "max-repairs-per-minute",
+		"MaxRepairsPerNodePerMinute": "max-repairs-per-node-per-minute",
+		"BackoffBase":                "backoff-base", "BackoffMax": "backoff-max",
+		"Workers": "workers", "Resync": "resync-period",
+		"NodeReadiness": "node-readiness", "StartupTaintKey": "startup-taint-key",
+		"ReaddStartupTaint": "readd-startup-taint", "StartupTaintEffect": "startup-taint-effect",
+		"LeaderElect": "leader-elect", "LeaseNamespace": "leader-election-namespace", "LeaseName": "leader-election-id",
+		"LeaseDuration": "leader-election-lease-duration", "RenewDeadline": "leader-election-renew-deadline",
+		"RetryPeriod": "leader-election-retry-period",
+		"MetricsAddr": "metrics-bind-address", "HealthAddr": "health-probe-bind-address",
+		"ShutdownTimeout": "shutdown-timeout", "Profiling": "profiling",
+	})
+	return m
+}()
+
+// Validate copies the string flags into the config and validates it; the
+// error names the flag.
 func (o *options) Validate() error {
 	o.detection.Apply(&o.cfg.Config)
 	o.cfg.StartupTaintEffect = corev1.TaintEffect(o.effect)
 	if o.qps <= 0 || o.burst < 1 {
 		return fmt.Errorf("--kube-api-qps/--kube-api-burst: %v/%d must be positive", o.qps, o.burst)
 	}
-	return o.cfg.Validate()
+	return cmdutil.FlagError(o.cfg.Validate(), configFlags)
 }
 
 // restConfig: --kubeconfig, else $KUBECONFIG, else in-cluster.
@@ -195,7 +219,7 @@ func run(args []string) error {
 	ctx = klog.NewContext(ctx, logger)
 	m, err := repair.NewManager(client, o.cfg)
 	if err != nil {
-		return err
+		return cmdutil.FlagError(err, configFlags)
 	}
 	logger.Info("Starting", "version", version.Version, "metrics", m.MetricsAddr(), "health", m.HealthAddr(),
 		"leaderElect", o.cfg.LeaderElect, "action", o.cfg.Action, "dryRun", o.cfg.DryRun, "gate", o.cfg.Gate)

@@ -1,12 +1,79 @@
 package main
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/audit"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 )
+
+// keysWithoutFlag are the keys of repair.ManagerConfig no flag sets.
+var keysWithoutFlag = map[string]string{
+	"Config":   "embedded: its own fields are checked",
+	"Identity": "the lease identity is the hostname and a random suffix",
+}
+
+func configKeys(t reflect.Type) []string {
+	var keys []string
+	for f := range t.Fields() {
+		if f.Anonymous {
+			keys = append(keys, configKeys(f.Type)...)
+		}
+		keys = append(keys, f.Name)
+	}
+	return keys
+}
+
+func TestEveryConfigKeyHasAFlag(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	newOptions().AddFlags(fs)
+	for _, k := range configKeys(reflect.TypeFor[repair.ManagerConfig]()) {
+		if _, ok := keysWithoutFlag[k]; ok {
+			continue
+		}
+		f, ok := configFlags[k]
+		if !ok {
+			t.Errorf("key %s has no flag in configFlags", k)
+			continue
+		}
+		if fs.Lookup(f) == nil {
+			t.Errorf("key %s maps to --%s, which is not a flag", k, f)
+		}
+	}
+}
+
+func TestValidateNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--action=explode"}, `--action: "explode" is not one of`},
+		{[]string{"--cni-ready-gate=maybe"}, "--cni-ready-gate: "},
+		{[]string{"--workers=0"}, "--workers: 0 must be at least 1"},
+		{[]string{"--init-container-name="}, "--init-container-name: "},
+		{[]string{"--backoff-base=2s", "--backoff-max=1s"}, "--backoff-base/--backoff-max: 2s/1s"},
+		{[]string{"--breaker-threshold=2"}, "--breaker-threshold: "},
+		{[]string{"--startup-taint-effect=Sometimes"}, "--startup-taint-effect: "},
+		{[]string{"--leader-election-id="}, "--leader-election-id: "},
+		{[]string{"--leader-election-retry-period=1h"}, "--leader-election-retry-period/--leader-election-renew-deadline/--leader-election-lease-duration: "},
+		{[]string{"--kube-api-qps=0"}, "--kube-api-qps"},
+	} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		o := newOptions()
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
 
 // The audit takes the controller's detection flags under the same names,
 // with the same defaults and help.

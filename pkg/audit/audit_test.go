@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,24 @@ func TestRunCNIPodGate(t *testing.T) {
 	o.detection.Gate = string(repair.GateNone)
 	if got := byName(run(t, o, injected("a", "n1", stuck))); got["a"].Action != "evict" {
 		t.Errorf("gate none: %+v", got)
+	}
+}
+
+// A bad detection setting is a usage error that names the flag, as the
+// controller's is.
+func TestValidateNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--action=explode"}, `--action: "explode"`},
+		{[]string{"--breaker-threshold=2"}, "--breaker-threshold: "},
+		{[]string{"--cni-ready-gate=maybe"}, "--cni-ready-gate: "},
+	} {
+		var stderr strings.Builder
+		code := Main(context.Background(), "repair audit", tc.args, io.Discard, &stderr, nil)
+		if code != ExitUsage || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming %q", tc.args, code, stderr.String(), ExitUsage, tc.want)
+		}
 	}
 }

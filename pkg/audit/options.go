@@ -81,7 +81,7 @@ func (o *Options) Validate() error {
 	if _, err := labels.Parse(o.Selector); err != nil {
 		return fmt.Errorf("--selector: %q: %v", o.Selector, err)
 	}
-	return o.Config.Validate()
+	return cmdutil.FlagError(o.Config.Validate(), repair.DetectionFlagNames)
 }
 
 // podSelector is --injected-pod-selector and --selector together.

@@ -1,10 +1,14 @@
 package cmdutil
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
 )
 
 func writeKubeconfig(t *testing.T, server string) string {
@@ -53,5 +57,23 @@ func TestRESTConfigSources(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent")
 	if _, err := RESTConfig(missing); err == nil || !strings.Contains(err.Error(), "--kubeconfig "+missing) {
 		t.Fatalf("a missing file must be named with its source: err %v", err)
+	}
+}
+
+func TestFlagError(t *testing.T) {
+	flags := map[string]string{"Workers": "workers", "BackoffBase": "backoff-base", "BackoffMax": "backoff-max"}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{configkey.New("Workers", 0, "must be at least 1"), "--workers: 0 must be at least 1"},
+		{configkey.Errorf("BackoffBase/BackoffMax", "2s/1s: bad"), "--backoff-base/--backoff-max: 2s/1s: bad"},
+		{fmt.Errorf("starting: %w", configkey.New("Workers", 0, "bad")), "starting: --workers: 0 bad"},
+		{configkey.New("Unknown", "x", "bad"), `Unknown: "x" bad`},
+		{errors.New("plain"), "plain"},
+	} {
+		if got := FlagError(tc.err, flags).Error(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
 	}
 }

@@ -12,25 +12,13 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
-// Names of what the installer writes into the host's CNI directories.
+// Names of what the installer writes into the host's CNI directories
+// besides cniconf's plugin, kubeconfig and token names.
 const (
-	// PluginType is the CNI type (and binary name) of the plugin.
-	PluginType = "consul-cni"
-	// PluginName is the name of the chain entry, as consul-k8s writes it.
-	PluginName = "consul-cni"
-	// KubeconfigFileName is the plugin's kubeconfig inside the CNI net dir.
-	// The chain entry names it relative to cni_net_dir, like consul-k8s. It
-	// has no CNI config extension, so no runtime ever reads it as a network.
-	KubeconfigFileName = "ZZZ-consul-cni-kubeconfig"
-	// TokenFileName is the copy of the installer's service-account token
-	// the plugin's kubeconfig points at with tokenFile.
-	TokenFileName = "ZZZ-consul-cni-token"
-	// OwnerFileName records which installer version wrote the binary and
-	// the entry last (see owner.go): an older installer never overwrites
-	// what a newer one wrote.
-	OwnerFileName = "ZZZ-consul-cni-owner"
 	// BackupSuffix is appended to a single-network file (.conf/.json) once
 	// it has been converted into a .conflist, so that the runtime no longer
 	// reads it, and to a .conflist the conversion had to replace.
@@ -47,16 +35,10 @@ const (
 var configExtensions = []string{".conf", ".conflist", ".json"}
 
 // PluginConfig is the chain entry, with the keys consul-k8s writes.
-// CNIBinDir and CNINetDir are paths on the host (the runtime runs the plugin
-// there), and Kubeconfig is a file name inside CNINetDir.
 type PluginConfig struct {
-	Name       string `json:"name"`
-	Type       string `json:"type"`
-	CNIBinDir  string `json:"cni_bin_dir"`
-	CNINetDir  string `json:"cni_net_dir"`
-	Kubeconfig string `json:"kubeconfig"`
-	LogLevel   string `json:"log_level"`
-	Multus     bool   `json:"multus"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	cniconf.Settings
 	// ExcludeNamespaces is written only when set (the plugin's default is
 	// kube-system).
 	ExcludeNamespaces []string `json:"exclude_namespaces,omitempty"`
@@ -158,8 +140,8 @@ func Primary(cands []Candidate) (primary Candidate, invalidBefore []Candidate, o
 	return Candidate{}, invalidBefore, false
 }
 
-// ChainState describes where the plugin sits in a network's effective chain.
-type ChainState struct {
+// EntryPlacement describes where the plugin sits in a network's effective chain.
+type EntryPlacement struct {
 	// Count is the number of consul-cni entries in the chain.
 	Count int
 	// Last is true when the only consul-cni entry is the last plugin.
@@ -170,15 +152,15 @@ type ChainState struct {
 	Plugins int
 }
 
-// State reports where the plugin sits in the network as loaded by libcni.
-func State(n *libcni.NetworkConfigList) ChainState {
-	var s ChainState
+// FindEntry reports where the plugin sits in the network as loaded by libcni.
+func FindEntry(n *libcni.NetworkConfigList) EntryPlacement {
+	var s EntryPlacement
 	if n == nil {
 		return s
 	}
 	s.Plugins = len(n.Plugins)
 	for i, p := range n.Plugins {
-		if p.Network.Type == PluginType {
+		if p.Network.Type == cniconf.PluginType {
 			s.Count++
 			s.Entry = p.Bytes
 			s.Last = i == len(n.Plugins)-1
@@ -302,7 +284,7 @@ func sameJSON(a, b []byte) bool {
 // withoutPlugin drops every consul-cni entry; changed reports whether any
 // was there.
 func (l *list) withoutPlugin() (changed bool) {
-	return l.withoutEntries(func(p []byte) bool { return pluginType(p) == PluginType })
+	return l.withoutEntries(func(p []byte) bool { return pluginType(p) == cniconf.PluginType })
 }
 
 // withoutEntries drops the inline plugins match selects; changed reports
@@ -328,7 +310,7 @@ func listHasPlugin(data []byte) bool {
 		return false
 	}
 	for _, p := range l.plugins {
-		if pluginType(p) == PluginType {
+		if pluginType(p) == cniconf.PluginType {
 			return true
 		}
 	}
@@ -345,10 +327,10 @@ func ChainInline(data []byte, entry []byte) (out []byte, changed bool, err error
 		return nil, false, err
 	}
 	n := len(l.plugins)
-	if n > 0 && pluginType(l.plugins[n-1]) == PluginType && sameJSON(l.plugins[n-1], entry) {
+	if n > 0 && pluginType(l.plugins[n-1]) == cniconf.PluginType && sameJSON(l.plugins[n-1], entry) {
 		others := 0
 		for _, p := range l.plugins[:n-1] {
-			if pluginType(p) == PluginType {
+			if pluginType(p) == cniconf.PluginType {
 				others++
 			}
 		}
@@ -441,7 +423,7 @@ func pluginDirFiles(listPath, network string, ours bool) ([]string, error) {
 			}
 			return nil, err
 		}
-		if (pluginType(b) == PluginType) == ours {
+		if (pluginType(b) == cniconf.PluginType) == ours {
 			out = append(out, f)
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 var testEntry = PluginConfig{
-	Name: PluginName, Type: PluginType, CNIBinDir: "/opt/cni/bin", CNINetDir: "/etc/cni/net.d",
-	Kubeconfig: KubeconfigFileName, LogLevel: "info",
+	Name: cniconf.PluginName, Type: cniconf.PluginType, Settings: cniconf.Settings{CNIBinDir: "/opt/cni/bin", CNINetDir: "/etc/cni/net.d",
+		Kubeconfig: cniconf.KubeconfigFileName, LogLevel: "info"},
 }.json()
 
 const kindnet = `{
@@ -46,7 +48,7 @@ func TestChainInline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherEntry := PluginConfig{Name: PluginName, Type: PluginType, LogLevel: "debug"}.json()
+	otherEntry := PluginConfig{Name: cniconf.PluginName, Type: cniconf.PluginType, Settings: cniconf.Settings{LogLevel: "debug"}}.json()
 	for _, tc := range []struct {
 		name        string
 		in          string
@@ -197,7 +199,7 @@ func TestPrimary(t *testing.T) {
 	}{
 		{name: "empty dir", files: nil, want: ""},
 		{name: "only non-config files", files: map[string]string{
-			KubeconfigFileName: "x", TokenFileName: "t", ".10-x.conflist.123.tmp": "{", "README": "hi"}, want: ""},
+			cniconf.KubeconfigFileName: "x", cniconf.TokenFileName: "t", ".10-x.conflist.123.tmp": "{", "README": "hi"}, want: ""},
 		{name: "lexical order", files: map[string]string{"20-b.conflist": kindnet, "10-a.conflist": kindnet}, want: "10-a.conflist"},
 		{name: "conf before conflist", files: map[string]string{
 			"10-flannel.conf": `{"name":"cbr0","type":"flannel"}`, "10-flannel.conflist": kindnet}, want: "10-flannel.conf"},
@@ -276,11 +278,11 @@ func FuzzChainInline(f *testing.F) {
 		}
 		n := 0
 		for _, p := range l.plugins {
-			if pluginType(p) == PluginType {
+			if pluginType(p) == cniconf.PluginType {
 				n++
 			}
 		}
-		if n != 1 || pluginType(l.plugins[len(l.plugins)-1]) != PluginType {
+		if n != 1 || pluginType(l.plugins[len(l.plugins)-1]) != cniconf.PluginType {
 			t.Fatalf("not exactly one consul-cni, last: %s", out)
 		}
 		again, changed, err := ChainInline(out, testEntry)
@@ -293,7 +295,7 @@ func FuzzChainInline(f *testing.F) {
 // The entry carries exclude_namespaces only when it is set, and the plugin
 // reads it under that key.
 func TestEntryExcludeNamespaces(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	if b := n.installer(t).Entry().json(); strings.Contains(string(b), "exclude_namespaces") {
 		t.Fatalf("unset but written: %s", b)
 	}

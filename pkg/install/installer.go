@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
@@ -76,16 +77,8 @@ type Installer struct {
 
 // New checks cfg and returns an installer.
 func New(cfg Config) (*Installer, error) {
-	for _, f := range []struct{ name, v string }{
-		{"cni-bin-dir", cfg.BinDir}, {"cni-net-dir", cfg.NetDir},
-		{"host-cni-bin-dir", cfg.HostBinDir}, {"host-cni-net-dir", cfg.HostNetDir},
-	} {
-		if f.v == "" {
-			return nil, fmt.Errorf("%s must be set", f.name)
-		}
-		if !filepath.IsAbs(f.v) {
-			return nil, fmt.Errorf("%s: %q is not an absolute path", f.name, f.v)
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
@@ -108,20 +101,22 @@ func New(cfg Config) (*Installer, error) {
 // Entry is the chain entry the installer writes.
 func (in *Installer) Entry() PluginConfig {
 	return PluginConfig{
-		Name:       PluginName,
-		Type:       PluginType,
-		CNIBinDir:  in.cfg.HostBinDir,
-		CNINetDir:  in.cfg.HostNetDir,
-		Kubeconfig: KubeconfigFileName,
-		LogLevel:   in.cfg.LogLevel,
-		Multus:     in.cfg.Multus,
+		Name: cniconf.PluginName,
+		Type: cniconf.PluginType,
+		Settings: cniconf.Settings{
+			CNIBinDir:  in.cfg.HostBinDir,
+			CNINetDir:  in.cfg.HostNetDir,
+			Kubeconfig: cniconf.KubeconfigFileName,
+			LogLevel:   in.cfg.LogLevel,
+			Multus:     in.cfg.Multus,
+		},
 
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 	}
 }
 
-// Status is the outcome of one pass.
-type Status struct {
+// PassResult is what one pass of the installer found and changed.
+type PassResult struct {
 	// Primary is the network file the runtime reads (container view),
 	// empty while there is none.
 	Primary string
@@ -143,9 +138,9 @@ type Status struct {
 // Reconcile makes one pass: binary, token and kubeconfig, then the chain.
 // Nothing is chained unless the binary is in place; a failure to write the
 // credentials is returned but does not stop the chaining.
-func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
+func (in *Installer) Reconcile(ctx context.Context) (PassResult, error) {
 	log := klog.FromContext(ctx)
-	var st Status
+	var st PassResult
 	st, err := in.reconcile(ctx, st)
 	switch {
 	case err != nil:
@@ -161,7 +156,7 @@ func (in *Installer) Reconcile(ctx context.Context) (Status, error) {
 	return st, err
 }
 
-func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
+func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, error) {
 	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return st, err
@@ -174,7 +169,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 	if yielded {
 		return st, nil
 	}
-	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, PluginType)
+	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, cniconf.PluginType)
 	if err != nil {
 		return st, err
 	}
@@ -194,7 +189,7 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 		credErr = err
 		st.Wrote = append(st.Wrote, w...)
 		st.Recheck = recheck
-		kc := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+		kc := filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 		if fi, err := os.Stat(kc); err != nil || !fi.Mode().IsRegular() {
 			return st, errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig %s is not in place, so the plugin is not chained", kc))
 		}
@@ -208,11 +203,11 @@ func (in *Installer) reconcile(ctx context.Context, st Status) (Status, error) {
 // from what is on disk.
 func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
 	// The kubeconfig first: it names the token file and holds no secret.
-	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, TokenFileName))
+	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, cniconf.TokenFileName))
 	if err != nil {
 		return nil, false, err
 	}
-	kcPath := filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+	kcPath := filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 	if cur, err := os.ReadFile(kcPath); err != nil || string(cur) != string(kc) {
 		if err := writeAtomic(kcPath, kc, 0o600); err != nil {
 			return nil, false, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
@@ -224,7 +219,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 	if err != nil {
 		return wrote, false, err
 	}
-	tokenPath := filepath.Join(in.cfg.NetDir, TokenFileName)
+	tokenPath := filepath.Join(in.cfg.NetDir, cniconf.TokenFileName)
 	write := true
 	if cur, err := os.ReadFile(tokenPath); err == nil {
 		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
@@ -241,7 +236,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 
 // ensureChain makes the primary network end with the entry. Each step
 // rescans the directory, since every write changes what the runtime sees.
-func (in *Installer) ensureChain(ctx context.Context, st Status) (Status, error) {
+func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult, error) {
 	log := klog.FromContext(ctx)
 	entry := in.Entry().json()
 	for attempt := 0; attempt < 10; attempt++ {
@@ -408,7 +403,7 @@ func freeName(path string) string {
 // makes a pass at once, after every change in the watched directories
 // (debounced) and every Resync. ready, when not nil, receives the outcome of
 // each pass. Cancellation (SIGTERM) leaves everything in place.
-func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
+func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) error {
 	log := klog.FromContext(ctx)
 	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -421,7 +416,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 	}
 	defer fw.Close()
 	w := &dirWatcher{w: fw, log: log, watched: map[string]uint64{}}
-	rewatch := func(st Status) {
+	rewatch := func(st PassResult) {
 		dirs := []string{in.cfg.NetDir, in.cfg.BinDir}
 		if in.cfg.Client != nil && in.cfg.Client.TokenFile != "" {
 			dirs = append(dirs, filepath.Dir(in.cfg.Client.TokenFile))
@@ -449,7 +444,7 @@ func (in *Installer) Run(ctx context.Context, ready func(Status, error)) error {
 			ready(st, err)
 		}
 	}
-	rewatch(Status{})
+	rewatch(PassResult{})
 	pass()
 
 	resync := time.NewTicker(in.cfg.Resync)
@@ -547,12 +542,12 @@ func isOwnTemp(path string) bool {
 	return strings.HasPrefix(b, ".") && strings.HasSuffix(b, ".tmp")
 }
 
-// Ready returns nil only when the plugin binary is installed (identical to
+// VerifyInstalled returns nil only when the plugin binary is installed (identical to
 // PluginBinary) and consul-cni is the last plugin, exactly once, of the
 // network the runtime reads, with its kubeconfig and token in place.
 // Otherwise the error says what is missing.
-func (in *Installer) Ready() error {
-	bin := filepath.Join(in.cfg.BinDir, PluginType)
+func (in *Installer) VerifyInstalled() error {
+	bin := filepath.Join(in.cfg.BinDir, cniconf.PluginType)
 	st, err := os.Stat(bin)
 	if err != nil {
 		return fmt.Errorf("plugin binary: %w", err)
@@ -582,7 +577,7 @@ func (in *Installer) Ready() error {
 	if !p.List {
 		return fmt.Errorf("the runtime reads %s, a single-network file without consul-cni", p.Path)
 	}
-	s := State(p.Network)
+	s := FindEntry(p.Network)
 	switch {
 	case s.Count == 0:
 		return fmt.Errorf("consul-cni is not in the chain of %s (network %q)", p.Path, p.Network.Name)
@@ -596,12 +591,12 @@ func (in *Installer) Ready() error {
 		}
 		kc := filepath.Join(in.cfg.NetDir, e.Kubeconfig)
 		if filepath.IsAbs(e.Kubeconfig) || e.Kubeconfig == "" {
-			kc = filepath.Join(in.cfg.NetDir, KubeconfigFileName)
+			kc = filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 		}
 		if _, err := clientcmd.LoadFromFile(kc); err != nil {
 			return fmt.Errorf("plugin kubeconfig: %w", err)
 		}
-		tok, err := os.ReadFile(filepath.Join(in.cfg.NetDir, TokenFileName))
+		tok, err := os.ReadFile(filepath.Join(in.cfg.NetDir, cniconf.TokenFileName))
 		if err != nil {
 			return fmt.Errorf("plugin token: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,7 +30,9 @@ type node struct {
 	root, bin, net, src, token string
 }
 
-func newNode(t *testing.T) node {
+// newHostDirs makes a host tree in a temporary directory: empty CNI bin
+// and net dirs, a plugin executable to install and a service-account token.
+func newHostDirs(t *testing.T) node {
 	t.Helper()
 	root := t.TempDir()
 	n := node{
@@ -115,7 +118,7 @@ func assertRuntimeChained(t *testing.T, dir string, want ...string) {
 		t.Fatalf("containerd would not load %s: %v", dir, err)
 	}
 	got := strings.Join(chainTypes(l), ",")
-	if exp := strings.Join(append(want, PluginType), ","); got != exp {
+	if exp := strings.Join(append(want, cniconf.PluginType), ","); got != exp {
 		t.Fatalf("runtime chain from %s = %s, want %s", filepath.Base(f), got, exp)
 	}
 }
@@ -187,7 +190,7 @@ func TestReconcilePrimaries(t *testing.T) {
 			wantTypes: []string{"tuning"}, wantFiles: []string{"dirnet/zzzz-foo.conf-" + pluginDirFile}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(t)
+			n := newHostDirs(t)
 			writeFiles(t, n.net, tc.files)
 			before := snapshot(t, n.net)
 			in := n.installer(t)
@@ -206,11 +209,11 @@ func TestReconcilePrimaries(t *testing.T) {
 				// valid one (what CRI-O and kubelet use) is chained.
 				c, _ := ScanConfDir(n.net)
 				p, _, _ := Primary(c)
-				if s := State(p.Network); !s.Last {
+				if s := FindEntry(p.Network); !s.Last {
 					t.Fatalf("first valid network not chained: %+v", s)
 				}
 			}
-			if err := in.Ready(); err != nil {
+			if err := in.VerifyInstalled(); err != nil {
 				t.Fatalf("Ready after install: %v", err)
 			}
 			for _, f := range tc.wantFiles {
@@ -244,7 +247,7 @@ func TestReconcilePrimaries(t *testing.T) {
 				switch {
 				case !ok:
 					t.Errorf("uninstall lost %s", name)
-				case strings.HasSuffix(name, ".conflist") && strings.Contains(body, PluginType):
+				case strings.HasSuffix(name, ".conflist") && strings.Contains(body, cniconf.PluginType):
 					out, _, _ := UnchainInline([]byte(body))
 					if !sameJSON([]byte(got), out) {
 						t.Errorf("%s after uninstall:\n%s", name, got)
@@ -262,10 +265,10 @@ func TestReconcilePrimaries(t *testing.T) {
 					t.Errorf("uninstall left %s", name)
 				}
 			}
-			if exists(filepath.Join(n.bin, PluginType)) {
+			if exists(filepath.Join(n.bin, cniconf.PluginType)) {
 				t.Errorf("binary left after uninstall")
 			}
-			if err := in.Ready(); err == nil {
+			if err := in.VerifyInstalled(); err == nil {
 				t.Errorf("Ready after uninstall")
 			}
 		})
@@ -282,7 +285,7 @@ func keys(m map[string]string) []string {
 }
 
 func TestReconcileWaitsForPrimary(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	st, err := in.Reconcile(context.Background())
 	if err != nil {
@@ -291,11 +294,11 @@ func TestReconcileWaitsForPrimary(t *testing.T) {
 	if !st.Waiting {
 		t.Fatalf("status %+v, want waiting", st)
 	}
-	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "no valid CNI network configuration") {
+	if err := in.VerifyInstalled(); err == nil || !strings.Contains(err.Error(), "no valid CNI network configuration") {
 		t.Fatalf("Ready = %v", err)
 	}
 	// The binary and credentials are in place already; nothing else is.
-	for _, f := range []string{filepath.Join(n.bin, PluginType), filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName)} {
+	for _, f := range []string{filepath.Join(n.bin, cniconf.PluginType), filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName)} {
 		if !exists(f) {
 			t.Errorf("%s missing", f)
 		}
@@ -307,13 +310,13 @@ func TestReconcileWaitsForPrimary(t *testing.T) {
 }
 
 func TestBinaryAtomicCopy(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(n.bin, PluginType)
+	dst := filepath.Join(n.bin, cniconf.PluginType)
 	st1, _ := os.Stat(dst)
 	if st1.Mode().Perm() != 0o755 {
 		t.Errorf("mode %v", st1.Mode())
@@ -326,7 +329,7 @@ func TestBinaryAtomicCopy(t *testing.T) {
 	}
 	defer old.Close()
 	writeFiles(t, n.root, map[string]string{"image/consul-cni": "#!/bin/sh\necho plugin v2\n"})
-	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "differs") {
+	if err := in.VerifyInstalled(); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("Ready with an outdated binary = %v", err)
 	}
 	st, err := in.Reconcile(context.Background())
@@ -342,7 +345,7 @@ func TestBinaryAtomicCopy(t *testing.T) {
 	if !strings.Contains(string(oldBody[:k]), "v1") {
 		t.Errorf("the open old binary was modified in place: %q", oldBody[:k])
 	}
-	if err := in.Ready(); err != nil {
+	if err := in.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 	// No temporary files left behind.
@@ -385,26 +388,26 @@ func TestReadyFailures(t *testing.T) {
 		}, wantErr: "not the last plugin"},
 		{name: "kubeconfig missing", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			os.Remove(filepath.Join(n.net, KubeconfigFileName))
+			os.Remove(filepath.Join(n.net, cniconf.KubeconfigFileName))
 		}, wantErr: "plugin kubeconfig"},
 		{name: "token missing", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			os.Remove(filepath.Join(n.net, TokenFileName))
+			os.Remove(filepath.Join(n.net, cniconf.TokenFileName))
 		}, wantErr: "plugin token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(t)
+			n := newHostDirs(t)
 			in := n.installer(t)
 			writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 			tc.setup(t, n, in)
-			err := in.Ready()
+			err := in.VerifyInstalled()
 			want := strings.ReplaceAll(tc.wantErr, "X/", n.net+"/")
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("Ready = %v, want an error containing %q", err, want)
 			}
 			// And a pass repairs every one of them.
 			reconcile(t, in)
-			if err := in.Ready(); err != nil {
+			if err := in.VerifyInstalled(); err != nil {
 				t.Fatalf("Ready after a pass: %v", err)
 			}
 			assertRuntimeChainedAny(t, n.net)
@@ -412,7 +415,7 @@ func TestReadyFailures(t *testing.T) {
 	}
 }
 
-func reconcile(t *testing.T, in *Installer) Status {
+func reconcile(t *testing.T, in *Installer) PassResult {
 	t.Helper()
 	st, err := in.Reconcile(context.Background())
 	if err != nil {
@@ -427,7 +430,7 @@ func assertRuntimeChainedAny(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := State(l); !s.Last {
+	if s := FindEntry(l); !s.Last {
 		t.Fatalf("runtime network %s: %v", f, chainTypes(l))
 	}
 }
@@ -453,10 +456,10 @@ func TestReplaceIfUnchangedConflict(t *testing.T) {
 }
 
 func TestPluginKubeconfig(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	reconcile(t, in)
-	kc := filepath.Join(n.net, KubeconfigFileName)
+	kc := filepath.Join(n.net, cniconf.KubeconfigFileName)
 	body, _ := os.ReadFile(kc)
 	if strings.Contains(string(body), "token-1") {
 		t.Fatalf("kubeconfig embeds the token:\n%s", body)
@@ -476,10 +479,10 @@ func TestPluginKubeconfig(t *testing.T) {
 	if cl.Server != "https://10.96.0.1:443" || string(cl.CertificateAuthorityData) != "CA" {
 		t.Errorf("server %q CA %q", cl.Server, cl.CertificateAuthorityData)
 	}
-	if ai.TokenFile != "/etc/cni/net.d/"+TokenFileName || ai.Token != "" {
+	if ai.TokenFile != "/etc/cni/net.d/"+cniconf.TokenFileName || ai.Token != "" {
 		t.Errorf("token %q tokenFile %q, want only tokenFile at the host path", ai.Token, ai.TokenFile)
 	}
-	tok := filepath.Join(n.net, TokenFileName)
+	tok := filepath.Join(n.net, cniconf.TokenFileName)
 	if b, _ := os.ReadFile(tok); string(b) != "token-1" {
 		t.Errorf("token copy %q", b)
 	}
@@ -566,7 +569,7 @@ func TestClientSourceFromREST(t *testing.T) {
 // whose status satisfies cond.
 type runner struct {
 	mu     sync.Mutex
-	passes []Status
+	passes []PassResult
 	errs   []error
 	cancel context.CancelFunc
 	done   chan error
@@ -578,7 +581,7 @@ func startRun(t *testing.T, in *Installer) *runner {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- in.Run(ctx, func(st Status, err error) {
+		r.done <- in.Run(ctx, func(st PassResult, err error) {
 			r.mu.Lock()
 			r.passes = append(r.passes, st)
 			r.errs = append(r.errs, err)
@@ -605,7 +608,7 @@ func (r *runner) stop(t *testing.T) {
 }
 
 func TestRunWatchesAndReappends(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	reg := prometheus.NewRegistry()
 	in := n.installer(t, func(c *Config) { c.Metrics = NewMetrics(reg) })
 	r := startRun(t, in)
@@ -619,18 +622,18 @@ func TestRunWatchesAndReappends(t *testing.T) {
 		}
 		return nil
 	})
-	if err := in.Ready(); err == nil {
+	if err := in.VerifyInstalled(); err == nil {
 		t.Fatal("ready without a primary network")
 	}
 
 	// The primary CNI writes its configuration: chained without a resync.
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
-	poll.Eventually(t, 2*time.Minute, "chained", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "chained", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 
 	// The primary CNI rewrites its file (e.g. after its own restart).
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": strings.Replace(kindnet, "1500", "1450", 1)})
-	poll.Eventually(t, 2*time.Minute, "re-chained after rewrite", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "re-chained after rewrite", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 	if b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist")); !strings.Contains(string(b), "1450") {
 		t.Errorf("the primary's new content was lost:\n%s", b)
@@ -638,17 +641,17 @@ func TestRunWatchesAndReappends(t *testing.T) {
 
 	// A different CNI takes over with a file that sorts first, as a .conf.
 	writeFiles(t, n.net, map[string]string{"05-flannel.conf": flannelConf})
-	poll.Eventually(t, 2*time.Minute, "new primary converted and chained", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "new primary converted and chained", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "flannel")
 
 	// Somebody deletes the plugin binary.
-	os.Remove(filepath.Join(n.bin, PluginType))
-	poll.Eventually(t, 2*time.Minute, "binary restored", in.Ready)
+	os.Remove(filepath.Join(n.bin, cniconf.PluginType))
+	poll.Eventually(t, 2*time.Minute, "binary restored", in.VerifyInstalled)
 
 	// kubelet rotates the service-account token.
 	swapToken(t, n, "token-rotated")
 	poll.Eventually(t, 2*time.Minute, "token copy refreshed", func() error {
-		b, _ := os.ReadFile(filepath.Join(n.net, TokenFileName))
+		b, _ := os.ReadFile(filepath.Join(n.net, cniconf.TokenFileName))
 		if string(b) != "token-rotated" {
 			return fmt.Errorf("token copy %q", b)
 		}
@@ -657,7 +660,7 @@ func TestRunWatchesAndReappends(t *testing.T) {
 
 	// SIGTERM: Run returns and leaves everything in place.
 	r.stop(t)
-	if err := in.Ready(); err != nil {
+	if err := in.VerifyInstalled(); err != nil {
 		t.Fatalf("after stop: %v", err)
 	}
 	assertRuntimeChained(t, n.net, "flannel")
@@ -673,26 +676,26 @@ func TestRunSurvivesDirectoryReplacement(t *testing.T) {
 	// The net dir is swapped for another directory (atomically, so no event
 	// reaches the old watch): the periodic pass repairs the chain, and the
 	// watch moves to the new directory.
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t, func(c *Config) { c.Resync = 100 * time.Millisecond })
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	startRun(t, in)
-	poll.Eventually(t, 2*time.Minute, "chained", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "chained", in.VerifyInstalled)
 	tmp := n.net + ".new"
 	writeFiles(t, tmp, map[string]string{"10-kindnet.conflist": kindnet})
 	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, n.net, unix.RENAME_EXCHANGE); err != nil {
 		t.Fatal(err)
 	}
-	poll.Eventually(t, 2*time.Minute, "chained again", in.Ready)
+	poll.Eventually(t, 2*time.Minute, "chained again", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 }
 
 func TestBinaryCorruptedInPlace(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	reconcile(t, in)
-	dst := filepath.Join(n.bin, PluginType)
+	dst := filepath.Join(n.bin, cniconf.PluginType)
 	// Same size, other bytes, written in place (its time changes).
 	time.Sleep(10 * time.Millisecond)
 	b, _ := os.ReadFile(dst)
@@ -700,13 +703,13 @@ func TestBinaryCorruptedInPlace(t *testing.T) {
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Ready(); err == nil || !strings.Contains(err.Error(), "differs") {
+	if err := in.VerifyInstalled(); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("Ready with a corrupted binary = %v", err)
 	}
 	if st := reconcile(t, in); fmt.Sprint(st.Wrote) != "[binary]" {
 		t.Fatalf("wrote %v", st.Wrote)
 	}
-	if err := in.Ready(); err != nil {
+	if err := in.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -732,7 +735,7 @@ func BenchmarkReady(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := in.Ready(); err != nil {
+		if err := in.VerifyInstalled(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -768,7 +771,7 @@ func BenchmarkReconcileSteadyState(b *testing.B) {
 // the kubeconfig (which the plugin reads as "uninstalled") nothing is
 // chained.
 func TestChainsEvenWithoutCredentials(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	os.Remove(n.token)
@@ -780,34 +783,34 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
-	if !exists(filepath.Join(n.net, KubeconfigFileName)) || exists(filepath.Join(n.net, TokenFileName)) {
+	if !exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || exists(filepath.Join(n.net, cniconf.TokenFileName)) {
 		t.Fatalf("files %v", keys(snapshot(t, n.net)))
 	}
-	if err := in.Ready(); err == nil {
+	if err := in.VerifyInstalled(); err == nil {
 		t.Fatal("Ready without credentials")
 	}
-	nk := newNode(t)
+	nk := newHostDirs(t)
 	ink := nk.installer(t)
 	writeFiles(t, nk.net, map[string]string{"10-kindnet.conflist": kindnet})
-	if err := os.Mkdir(filepath.Join(nk.net, KubeconfigFileName), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(nk.net, cniconf.KubeconfigFileName), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ink.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "not chained") {
 		t.Fatalf("err = %v", err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), PluginType) {
+	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), cniconf.PluginType) {
 		t.Fatal("chained without a kubeconfig")
 	}
 	// Without the binary nothing is chained: every ADD on the node would
 	// fail, mesh or not.
-	n2 := newNode(t)
+	n2 := newHostDirs(t)
 	in2 := n2.installer(t)
 	writeFiles(t, n2.net, map[string]string{"10-kindnet.conflist": kindnet})
 	os.Remove(n2.src)
 	if _, err := in2.Reconcile(context.Background()); err == nil {
 		t.Fatal("no error without a plugin binary")
 	}
-	if b, _ := os.ReadFile(filepath.Join(n2.net, "10-kindnet.conflist")); strings.Contains(string(b), PluginType) {
+	if b, _ := os.ReadFile(filepath.Join(n2.net, "10-kindnet.conflist")); strings.Contains(string(b), cniconf.PluginType) {
 		t.Fatal("chained without a binary")
 	}
 }

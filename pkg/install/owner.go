@@ -12,6 +12,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"golang.org/x/mod/semver"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // During an upgrade (a DaemonSet rolling update, helm upgrade) installers
@@ -25,7 +27,7 @@ import (
 //     installer writes what it installs and records itself as the owner;
 //   - a newer version whose pod still runs (or whose pod is unknown, or the
 //     API does not answer): the installer writes nothing and looks again
-//     soon (Status.Recheck), reporting Ready while the chain is complete;
+//     soon (PassResult.Recheck), reporting Ready while the chain is complete;
 //   - a newer version whose pod is gone (a rollback to an older release):
 //     the installer takes over.
 //
@@ -90,7 +92,7 @@ func CompareVersions(a, b string) int {
 // readOwner returns the owner file's record; ok is false when there is
 // none or it cannot be decoded (it is then rewritten).
 func readOwner(netDir string) (o Owner, ok bool) {
-	b, err := os.ReadFile(filepath.Join(netDir, OwnerFileName))
+	b, err := os.ReadFile(filepath.Join(netDir, cniconf.OwnerFileName))
 	if err != nil {
 		return Owner{}, false
 	}
@@ -143,8 +145,8 @@ func (in *Installer) claimOwner() (changed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := writeAtomic(filepath.Join(in.cfg.NetDir, OwnerFileName), append(b, '\n'), 0o644); err != nil {
-		return false, fmt.Errorf("writing the owner file %s: %w", OwnerFileName, err)
+	if err := writeAtomic(filepath.Join(in.cfg.NetDir, cniconf.OwnerFileName), append(b, '\n'), 0o644); err != nil {
+		return false, fmt.Errorf("writing the owner file %s: %w", cniconf.OwnerFileName, err)
 	}
 	return true, nil
 }
@@ -153,7 +155,7 @@ func (in *Installer) claimOwner() (changed bool, err error) {
 // the installation (looking again soon), and otherwise records this
 // installer as the owner before anything else is written, so that an older
 // installer sees it as early as possible.
-func (in *Installer) yieldToNewer(ctx context.Context, st Status) (Status, bool) {
+func (in *Installer) yieldToNewer(ctx context.Context, st PassResult) (PassResult, bool) {
 	if o, newer := in.newerOwner(ctx); newer {
 		klog.FromContext(ctx).V(2).Info("A newer installer owns the node's installation; writing nothing", "owner", o.Version, "ownerPod", o.Pod, "version", in.cfg.Version)
 		st.YieldedTo, st.Recheck = o.Version, true

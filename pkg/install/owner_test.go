@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 func TestCompareVersions(t *testing.T) {
@@ -40,7 +42,7 @@ const ownerTestList = `{"cniVersion":"1.0.0","name":"kindnet","plugins":[{"type"
 // plugin binaries and entries differ.
 func twoVersions(t *testing.T) (n node, older, newer *Installer) {
 	t.Helper()
-	n = newNode(t)
+	n = newHostDirs(t)
 	writeFiles(t, n.root, map[string]string{
 		"etc/cni/net.d/10-kindnet.conflist": ownerTestList,
 		"image2/consul-cni":                 "#!/bin/sh\necho plugin v2\n",
@@ -78,13 +80,13 @@ func TestOlderInstallerNeverOverwritesNewer(t *testing.T) {
 			if order == "newer first" && (writes[older] != 0 || writes[newer] != 2) {
 				t.Errorf("binary and entry writes: older %d, newer %d; want 0 and 2", writes[older], writes[newer])
 			}
-			if err := older.Ready(); err != nil {
+			if err := older.VerifyInstalled(); err != nil {
 				t.Errorf("older installer not ready beside the newer one: %v", err)
 			}
-			if err := newer.Ready(); err != nil {
+			if err := newer.VerifyInstalled(); err != nil {
 				t.Errorf("newer installer not ready: %v", err)
 			}
-			if same, err := sameContent(newer.cfg.PluginBinary, filepath.Join(n.bin, PluginType)); err != nil || !same {
+			if same, err := sameContent(newer.cfg.PluginBinary, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
 				t.Errorf("installed binary is not the newer one (same=%v, err=%v)", same, err)
 			}
 			b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist"))
@@ -103,7 +105,7 @@ func TestOlderInstallerTakesOverFromGoneOwner(t *testing.T) {
 	n, older, newer := twoVersions(t)
 	reconcile(t, newer)
 	// The newer installer's pod is known and gone (a rollback).
-	writeFiles(t, n.root, map[string]string{"etc/cni/net.d/" + OwnerFileName: `{"version":"v0.2.0","namespace":"kube-system","pod":"consul-cni-new","uid":"u-2"}`})
+	writeFiles(t, n.root, map[string]string{"etc/cni/net.d/" + cniconf.OwnerFileName: `{"version":"v0.2.0","namespace":"kube-system","pod":"consul-cni-new","uid":"u-2"}`})
 	var asked []string
 	older.cfg.PodAlive = func(_ context.Context, ns, name, uid string) (bool, error) {
 		asked = append(asked, ns+"/"+name+"/"+uid)
@@ -113,13 +115,13 @@ func TestOlderInstallerTakesOverFromGoneOwner(t *testing.T) {
 	if st.YieldedTo != "" || len(asked) != 1 || asked[0] != "kube-system/consul-cni-new/u-2" {
 		t.Fatalf("older pass: YieldedTo=%q asked=%v; want it to take over after asking about kube-system/consul-cni-new/u-2", st.YieldedTo, asked)
 	}
-	if same, err := sameContent(older.cfg.PluginBinary, filepath.Join(n.bin, PluginType)); err != nil || !same {
+	if same, err := sameContent(older.cfg.PluginBinary, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
 		t.Errorf("older installer did not take over the binary (same=%v, err=%v)", same, err)
 	}
 	if o, ok := readOwner(n.net); !ok || o.Version != "v0.1.0" {
 		t.Errorf("owner after take-over = %+v, want v0.1.0", o)
 	}
-	if err := older.Ready(); err != nil {
+	if err := older.VerifyInstalled(); err != nil {
 		t.Errorf("older installer not ready after take-over: %v", err)
 	}
 }

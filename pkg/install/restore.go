@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // restoreDebounce is how soon a pass follows an event that can only mean
@@ -24,8 +26,8 @@ func (in *Installer) debounceFor(ev fsnotify.Event) time.Duration {
 	dir = filepath.Clean(dir)
 	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 		switch {
-		case dir == filepath.Clean(in.cfg.BinDir) && base == PluginType,
-			dir == filepath.Clean(in.cfg.NetDir) && (base == KubeconfigFileName || base == TokenFileName):
+		case dir == filepath.Clean(in.cfg.BinDir) && base == cniconf.PluginType,
+			dir == filepath.Clean(in.cfg.NetDir) && (base == cniconf.KubeconfigFileName || base == cniconf.TokenFileName):
 			return restoreDebounce
 		}
 	}

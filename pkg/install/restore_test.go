@@ -6,22 +6,24 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 func TestDebounceFor(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t, func(c *Config) { c.Debounce = time.Second })
 	for _, c := range []struct {
 		name string
 		op   fsnotify.Op
 		want time.Duration
 	}{
-		{filepath.Join(n.bin, PluginType), fsnotify.Remove, restoreDebounce},
-		{filepath.Join(n.bin, PluginType), fsnotify.Rename, restoreDebounce},
-		{filepath.Join(n.bin, PluginType), fsnotify.Write, time.Second},
+		{filepath.Join(n.bin, cniconf.PluginType), fsnotify.Remove, restoreDebounce},
+		{filepath.Join(n.bin, cniconf.PluginType), fsnotify.Rename, restoreDebounce},
+		{filepath.Join(n.bin, cniconf.PluginType), fsnotify.Write, time.Second},
 		{filepath.Join(n.bin, "ptp"), fsnotify.Remove, time.Second},
-		{filepath.Join(n.net, KubeconfigFileName), fsnotify.Remove, restoreDebounce},
-		{filepath.Join(n.net, TokenFileName), fsnotify.Rename, restoreDebounce},
+		{filepath.Join(n.net, cniconf.KubeconfigFileName), fsnotify.Remove, restoreDebounce},
+		{filepath.Join(n.net, cniconf.TokenFileName), fsnotify.Rename, restoreDebounce},
 		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Create, restoreDebounce},
 		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Write, time.Second},
 		{filepath.Join(n.net, "10-kindnet.conflist.install-cni.tmp"), fsnotify.Create, time.Second},

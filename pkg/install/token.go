@@ -21,7 +21,7 @@ import (
 //   - it holds the token of another pod: ask the API whether that pod still
 //     runs (not found, another UID or being deleted means no) and write ours
 //     if it does not; while it does, both tokens work and the one expiring
-//     later stays, and the instance looks again soon (Status.Recheck), so it
+//     later stays, and the instance looks again soon (PassResult.Recheck), so it
 //     takes over within seconds of the other pod's deletion starting;
 //   - without an answer from the API, the token expiring later stays.
 //

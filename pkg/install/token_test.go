@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"os"
 	"path/filepath"
@@ -77,7 +78,7 @@ func TestTokenDecision(t *testing.T) {
 // the token file must not flip back and forth while both run, and must hold
 // the new pod's token soon after the old pod starts terminating.
 func TestRollingUpdateTokenHandover(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
 	exp := time.Now().Add(time.Hour)
 	oldTok := fakeToken("consul-cni-old", "uid-old", exp.Add(10*time.Minute)) // rotated: expires later
@@ -105,7 +106,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 			c.Resync = 100 * time.Millisecond
 		})
 	}
-	count := func(st Status, err error) {
+	count := func(st PassResult, err error) {
 		for _, w := range st.Wrote {
 			if w == "token" {
 				mu.Lock()
@@ -119,12 +120,12 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	defer stopOld()
 	doneOld := make(chan struct{})
 	go func() { defer close(doneOld); oldIn.Run(ctxOld, count) }()
-	poll.Eventually(t, 2*time.Minute, "old installer ready", oldIn.Ready)
+	poll.Eventually(t, 2*time.Minute, "old installer ready", oldIn.VerifyInstalled)
 	ctxNew, stopNew := context.WithCancel(context.Background())
 	defer stopNew()
 	doneNew := make(chan struct{})
 	go func() { defer close(doneNew); newIn.Run(ctxNew, count) }()
-	poll.Eventually(t, 2*time.Minute, "new installer ready", newIn.Ready)
+	poll.Eventually(t, 2*time.Minute, "new installer ready", newIn.VerifyInstalled)
 
 	// Both run for a while (many resyncs and rechecks): the token stays put.
 	time.Sleep(time.Second)
@@ -138,7 +139,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 	if during != 0 {
 		t.Errorf("the token file was written %d times in 1s while both installers ran", during)
 	}
-	tokPath := filepath.Join(n.net, TokenFileName)
+	tokPath := filepath.Join(n.net, cniconf.TokenFileName)
 	if b, _ := os.ReadFile(tokPath); string(b) != oldTok {
 		t.Fatalf("while both run, the later-expiring token should stay")
 	}
@@ -154,7 +155,7 @@ func TestRollingUpdateTokenHandover(t *testing.T) {
 		}
 		return nil
 	})
-	if err := newIn.Ready(); err != nil {
+	if err := newIn.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 	stopNew()

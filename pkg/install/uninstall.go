@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // UninstallResult says what Uninstall found of the installer's on the node.
@@ -61,14 +63,14 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 		return res, fmt.Errorf("consul-cni entries came back in %v; the plugin's binary and credentials are kept", ours)
 	}
 	var errs []error
-	for _, f := range []string{filepath.Join(in.cfg.NetDir, KubeconfigFileName), filepath.Join(in.cfg.NetDir, TokenFileName), filepath.Join(in.cfg.NetDir, OwnerFileName)} {
+	for _, f := range []string{filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName), filepath.Join(in.cfg.NetDir, cniconf.TokenFileName), filepath.Join(in.cfg.NetDir, cniconf.OwnerFileName)} {
 		errs = append(errs, in.remove(f, &res))
 	}
 	if len(foreign) > 0 {
 		res.KeptBinary = true
 		klog.FromContext(ctx).Info("Keeping the plugin binary: another installer's entry still names it", "files", foreign)
 	} else {
-		errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, PluginType), &res))
+		errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, cniconf.PluginType), &res))
 	}
 	return res, errors.Join(errs...)
 }
@@ -88,7 +90,7 @@ func (in *Installer) remove(path string, res *UninstallResult) error {
 // and the kubeconfig the installer writes.
 func (in *Installer) isOurs(raw []byte) bool {
 	var e PluginConfig
-	if json.Unmarshal(raw, &e) != nil || e.Type != PluginType {
+	if json.Unmarshal(raw, &e) != nil || e.Type != cniconf.PluginType {
 		return false
 	}
 	kc := e.Kubeconfig
@@ -223,7 +225,7 @@ func (in *Installer) entriesLeft() (ours, foreign []string, err error) {
 		}
 		o, f := false, false
 		for _, p := range c.Network.Plugins {
-			if p.Network.Type == PluginType {
+			if p.Network.Type == cniconf.PluginType {
 				mine := in.isOurs(p.Bytes)
 				o, f = o || mine, f || !mine
 			}
@@ -280,18 +282,18 @@ func (in *Installer) Leftovers() ([]string, error) {
 			}
 		}
 	}
-	for _, f := range []string{KubeconfigFileName, TokenFileName, OwnerFileName} {
+	for _, f := range []string{cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName} {
 		if exists(filepath.Join(in.cfg.NetDir, f)) {
 			left = append(left, f)
 		}
 	}
-	if exists(filepath.Join(in.cfg.BinDir, PluginType)) {
+	if exists(filepath.Join(in.cfg.BinDir, cniconf.PluginType)) {
 		_, foreign, err := in.entriesLeft()
 		if err != nil {
 			return nil, err
 		}
 		if len(foreign) == 0 {
-			left = append(left, PluginType)
+			left = append(left, cniconf.PluginType)
 		}
 	}
 	return left, nil

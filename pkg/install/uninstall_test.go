@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam":{"type":"host-local"}}]}`
@@ -16,13 +18,13 @@ const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam
 // credentials in place.
 func installed(t *testing.T) (node, *Installer) {
 	t.Helper()
-	n := newNode(t)
+	n := newHostDirs(t)
 	writeFiles(t, n.net, map[string]string{"10-n.conflist": ptpList})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Ready(); err != nil {
+	if err := in.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
 	return n, in
@@ -51,7 +53,7 @@ func TestUninstallRetriesConflicts(t *testing.T) {
 	if listHasPlugin(b) || !strings.Contains(string(b), `"rewritten"`) || writes != 1 {
 		t.Fatalf("list after uninstall (%d foreign writes):\n%s", writes, b)
 	}
-	for _, f := range []string{filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName), filepath.Join(n.bin, PluginType)} {
+	for _, f := range []string{filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.bin, cniconf.PluginType)} {
 		if exists(f) {
 			t.Errorf("%s left after uninstall", f)
 		}
@@ -80,7 +82,7 @@ func TestUninstallKeepsFilesWhileAListIsNotClean(t *testing.T) {
 	if !listHasPlugin(b) {
 		t.Fatalf("entry gone:\n%s", b)
 	}
-	for _, f := range []string{filepath.Join(n.net, KubeconfigFileName), filepath.Join(n.net, TokenFileName), filepath.Join(n.bin, PluginType)} {
+	for _, f := range []string{filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.bin, cniconf.PluginType)} {
 		if !exists(f) {
 			t.Errorf("%s removed while a list still names the plugin", f)
 		}
@@ -105,16 +107,16 @@ func TestUninstallKeepsAnotherInstallersBinary(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(n.net, "20-other.conflist")); !listHasPlugin(b) {
 		t.Errorf("the other installer's entry was removed:\n%s", b)
 	}
-	if !exists(filepath.Join(n.bin, PluginType)) || !res.KeptBinary {
+	if !exists(filepath.Join(n.bin, cniconf.PluginType)) || !res.KeptBinary {
 		t.Errorf("binary removed although another entry names it (result %+v)", res)
 	}
-	if exists(filepath.Join(n.net, KubeconfigFileName)) || exists(filepath.Join(n.net, TokenFileName)) {
+	if exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || exists(filepath.Join(n.net, cniconf.TokenFileName)) {
 		t.Errorf("our credentials left")
 	}
 }
 
 func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	in := n.installer(t)
 	res, err := in.Uninstall(context.Background())
 	if err != nil || res.Found() {
@@ -131,7 +133,7 @@ func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
 }
 
 func TestLeftovers(t *testing.T) {
-	n := newNode(t)
+	n := newHostDirs(t)
 	writeFiles(t, n.net, map[string]string{"10-flannel.conf": flannelConf})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {
@@ -141,7 +143,7 @@ func TestLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", KubeconfigFileName, TokenFileName, OwnerFileName, PluginType}
+	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName, cniconf.PluginType}
 	if strings.Join(left, ",") != strings.Join(want, ",") {
 		t.Fatalf("leftovers %v, want %v", left, want)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
@@ -37,19 +38,12 @@ var DefaultExcludeNamespaces = []string{"kube-system"}
 type Config struct {
 	types.PluginConf
 
-	// CNIBinDir and CNINetDir are the host directories of the plugins and of
-	// the CNI configuration; the kubeconfig is looked up in CNINetDir.
-	CNIBinDir string `json:"cni_bin_dir,omitempty"`
-	CNINetDir string `json:"cni_net_dir,omitempty"`
-	// Kubeconfig is the kubeconfig file name inside CNINetDir (an absolute
-	// path is used as it is). When the file does not exist, the newest
-	// regular file named "<kubeconfig>-*" is used, as consul-k8s does.
-	Kubeconfig string `json:"kubeconfig,omitempty"`
-	// LogLevel is trace, debug, info (default), warn, error or off.
-	LogLevel string `json:"log_level,omitempty"`
-	// Multus marks the plugin as called by Multus, possibly without a
-	// prevResult.
-	Multus bool `json:"multus,omitempty"`
+	// Settings are the keys the installers write (cniconf): the host's
+	// plugin and configuration directories, the kubeconfig file name inside
+	// cni_net_dir (an absolute path is used as it is; when the file does not
+	// exist, the newest regular file named "<kubeconfig>-*" is used, as
+	// consul-k8s does), log_level and multus.
+	cniconf.Settings
 
 	// Written by newer consul-k8s installers; accepted and not used: the
 	// kubeconfig's tokenFile already keeps the token current.
@@ -149,15 +143,15 @@ func (c *Config) validate() error {
 	case "off", "none":
 		c.logOff = true
 	default:
-		return &ConfigError{"log_level", c.LogLevel, "is not a log level (want trace, debug, info, warn, error or off)"}
+		return &ConfigError{cniconf.KeyLogLevel, c.LogLevel, cniconf.LogLevelReason}
 	}
 	if c.Kubeconfig != "" {
 		if strings.ContainsAny(c.Kubeconfig, "\x00\n") || strings.ContainsAny(filepath.Base(c.Kubeconfig), "*?[") {
-			return &ConfigError{"kubeconfig", c.Kubeconfig, "is not a file name"}
+			return &ConfigError{cniconf.KeyKubeconfig, c.Kubeconfig, "is not a file name"}
 		}
 	}
 	if c.CNINetDir != "" && !filepath.IsAbs(c.CNINetDir) {
-		return &ConfigError{"cni_net_dir", c.CNINetDir, "is not an absolute path"}
+		return &ConfigError{cniconf.KeyCNINetDir, c.CNINetDir, "is not an absolute path"}
 	}
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
@@ -170,7 +164,7 @@ func (c *Config) validate() error {
 	if c.ExcludeNamespaces != nil {
 		for _, ns := range *c.ExcludeNamespaces {
 			if !dns1123Label.MatchString(ns) || len(ns) > 63 {
-				return &ConfigError{"exclude_namespaces", ns, "is not a namespace name"}
+				return &ConfigError{cniconf.KeyExcludeNamespaces, ns, "is not a namespace name"}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
@@ -18,7 +19,7 @@ func TestParseConfigUpstreamEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Name != "k8s-pod-network" || c.Type != "consul-cni" || c.CNINetDir != "/etc/cni/net.d" || c.CNIBinDir != "/opt/cni/bin" ||
-		c.Kubeconfig != "ZZZ-consul-cni-kubeconfig" || c.Multus || c.PrevResult == nil {
+		c.Kubeconfig != cniconf.ConsulK8sKubeconfigFileName || c.Multus || c.PrevResult == nil {
 		t.Fatalf("%+v", c)
 	}
 	if c.apiTimeout != DefaultAPITimeout || c.iptablesTimeout != DefaultIptablesTimeout || !c.autoBackend || c.StateDir != DefaultStateDir {
@@ -159,5 +160,16 @@ func TestNewKubeClientHonoursTokenFileAndTimeout(t *testing.T) {
 	}
 	if rc := client.(*restPods); rc.client.Timeout != 3*time.Second || rc.tokenFile != filepath.Join(dir, "token") {
 		t.Fatalf("timeout %v tokenFile %q", rc.client.Timeout, rc.tokenFile)
+	}
+}
+
+// The plugin accepts every log level the installer may write.
+func TestConfigAcceptsSharedLogLevels(t *testing.T) {
+	for _, l := range cniconf.LogLevels {
+		c := &Config{}
+		c.CNIVersion, c.LogLevel = "1.0.0", l
+		if err := c.validate(); err != nil {
+			t.Errorf("log_level %q: %v", l, err)
+		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
@@ -45,7 +46,7 @@ func conflistEntry(version, extra string) string {
 			`"ips":[{"version":"4","address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0}],"dns":{}}`
 	}
 	return `{"cniVersion":"` + version + `","name":"k8s-pod-network","type":"consul-cni",` +
-		`"cni_bin_dir":"/opt/cni/bin","cni_net_dir":"/etc/cni/net.d","kubeconfig":"ZZZ-consul-cni-kubeconfig",` +
+		`"cni_bin_dir":"/opt/cni/bin","cni_net_dir":"/etc/cni/net.d","kubeconfig":"` + cniconf.ConsulK8sKubeconfigFileName + `",` +
 		`"log_level":"debug","multus":false` + extra + `,"prevResult":` + prev + `}`
 }
 
@@ -91,7 +92,7 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	e.p = &Plugin{
 		NewClient: func(*Config) (PodClient, string, error) {
 			e.clients++
-			return clientsetPods{e.client}, "/etc/cni/net.d/ZZZ-consul-cni-kubeconfig", nil
+			return clientsetPods{e.client}, "/etc/cni/net.d/" + cniconf.ConsulK8sKubeconfigFileName, nil
 		},
 		NewExecutor: func(_ context.Context, _ *Config, netns string, _ *slog.Logger) (redirect.Executor, error) {
 			return e.fake, nil

@@ -69,7 +69,7 @@ func BenchmarkRepairEvictionCeiling1000(b *testing.B) {
 	var rates []float64
 	for iter := 0; iter < b.N; iter++ {
 		ns := c.Namespace(b)
-		node := newNode(b, c, true)
+		node := createNode(b, c, true)
 		createPods(b, client, ns, node, n)
 		b.ResetTimer()
 		start := time.Now()
@@ -281,7 +281,7 @@ func benchBurst(b *testing.B, n int) {
 	var lastCPU, lastInside float64
 	for iter := 0; iter < b.N; iter++ {
 		ns := c.Namespace(b)
-		node := newNode(b, c, true)
+		node := createNode(b, c, true)
 		createPods(b, client, ns, node, n)
 		p := startProcess(b, c, ns)
 		poll.Eventually(b, waitTimeout, "controller to cache the pods", func() (bool, error) {
@@ -425,7 +425,7 @@ func benchRSS(b *testing.B, n int) {
 	c := cluster.Shared(b)
 	client := adminClient(b, c)
 	ns := c.Namespace(b)
-	node := newNode(b, c, true)
+	node := createNode(b, c, true)
 	start := time.Now()
 	createPods(b, client, ns, node, n)
 	b.Logf("created %d pods in %s", n, time.Since(start).Round(time.Second))

@@ -1,7 +1,6 @@
 package repair
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
 )
 
 // Action is what the controller does to a broken pod.
@@ -136,82 +136,82 @@ func defaultConfig() Config {
 	}
 }
 
-// Validate checks every field and names the flag and value of the first bad
-// one.
+// Validate checks every field; the error of the first bad one is a
+// *configkey.Error naming its key (the field name) and value.
 func (c *Config) Validate() error {
 	switch c.Action {
 	case ActionEvict, ActionDelete, ActionLabel:
 	default:
-		return fmt.Errorf("--action: %q is not one of evict, delete, label", c.Action)
+		return configkey.New("Action", string(c.Action), "is not one of evict, delete, label")
 	}
 	switch c.Gate {
 	case GateNodeLabel, GateCNIPod, GateNone:
 	default:
-		return fmt.Errorf("--cni-ready-gate: %q is not one of node-label, cni-pod, none", c.Gate)
+		return configkey.New("Gate", string(c.Gate), "is not one of node-label, cni-pod, none")
 	}
 	if c.MinPodAge < 0 {
-		return fmt.Errorf("--min-pod-age: %s is negative", c.MinPodAge)
+		return configkey.New("MinPodAge", c.MinPodAge, "is negative")
 	}
 	if c.SandboxSlack < time.Second {
 		// Both times have second precision: less would judge a pod by
 		// the rounding of its clocks.
-		return fmt.Errorf("--sandbox-slack: %s is less than 1s", c.SandboxSlack)
+		return configkey.New("SandboxSlack", c.SandboxSlack, "is less than 1s")
 	}
 	if len(c.InitContainerNames) == 0 {
-		return fmt.Errorf("--init-container-name: at least one name is required")
+		return configkey.New("InitContainerNames", nil, "at least one name is required")
 	}
 	for _, n := range c.InitContainerNames {
 		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
-			return fmt.Errorf("--init-container-name: %q is not a container name: %s", n, errs[0])
+			return configkey.New("InitContainerNames", n, "is not a container name: "+errs[0])
 		}
 	}
 	if c.InitExitCode < 1 || c.InitExitCode > 255 {
-		return fmt.Errorf("--init-exit-code: %d is not an exit code (1-255)", c.InitExitCode)
+		return configkey.New("InitExitCode", c.InitExitCode, "is not an exit code (1-255)")
 	}
 	if _, err := labels.Parse(c.InjectedPodSelector); err != nil || c.InjectedPodSelector == "" {
-		return fmt.Errorf("--injected-pod-selector: %q is not a non-empty label selector: %v", c.InjectedPodSelector, err)
+		return &configkey.Error{Key: "InjectedPodSelector", Value: c.InjectedPodSelector, Reason: "is not a non-empty label selector", Err: err}
 	}
 	if c.MaxRepairsPerMinute < 1 {
-		return fmt.Errorf("--max-repairs-per-minute: %d must be at least 1", c.MaxRepairsPerMinute)
+		return configkey.New("MaxRepairsPerMinute", c.MaxRepairsPerMinute, "must be at least 1")
 	}
 	if c.MaxRepairsPerNodePerMinute < 1 {
-		return fmt.Errorf("--max-repairs-per-node-per-minute: %d must be at least 1", c.MaxRepairsPerNodePerMinute)
+		return configkey.New("MaxRepairsPerNodePerMinute", c.MaxRepairsPerNodePerMinute, "must be at least 1")
 	}
 	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
-		return fmt.Errorf("--backoff-base/--backoff-max: %s/%s: want 0 < base <= max", c.BackoffBase, c.BackoffMax)
+		return configkey.Errorf("BackoffBase"+configkey.Sep+"BackoffMax", "%s/%s: want 0 < base <= max", c.BackoffBase, c.BackoffMax)
 	}
 	if math.IsNaN(c.BreakerThreshold) || c.BreakerThreshold <= 0 || c.BreakerThreshold > 1 {
-		return fmt.Errorf("--breaker-threshold: %v is not a share in (0, 1]", c.BreakerThreshold)
+		return configkey.New("BreakerThreshold", c.BreakerThreshold, "is not a share in (0, 1]")
 	}
 	if c.BreakerMinPods < 1 {
-		return fmt.Errorf("--breaker-min-pods: %d must be at least 1", c.BreakerMinPods)
+		return configkey.New("BreakerMinPods", c.BreakerMinPods, "must be at least 1")
 	}
 	if c.Workers < 1 {
-		return fmt.Errorf("--workers: %d must be at least 1", c.Workers)
+		return configkey.New("Workers", c.Workers, "must be at least 1")
 	}
 	if c.Resync < 0 {
-		return fmt.Errorf("--resync-period: %s is negative", c.Resync)
+		return configkey.New("Resync", c.Resync, "is negative")
 	}
 	if c.NodeReadiness || c.Gate == GateCNIPod {
 		if errs := validation.IsDNS1123Label(c.CNINamespace); len(errs) > 0 {
-			return fmt.Errorf("--cni-namespace: %q is not a namespace name: %s", c.CNINamespace, errs[0])
+			return configkey.New("CNINamespace", c.CNINamespace, "is not a namespace name: "+errs[0])
 		}
 		sel, err := labels.Parse(c.CNIPodSelector)
 		if err != nil {
-			return fmt.Errorf("--cni-pod-selector: %q: %v", c.CNIPodSelector, err)
+			return &configkey.Error{Key: "CNIPodSelector", Value: c.CNIPodSelector, Reason: "is not a label selector", Err: err}
 		}
 		if sel.Empty() {
-			return fmt.Errorf("--cni-pod-selector: %q selects every pod of the namespace; name the CNI DaemonSet's pods", c.CNIPodSelector)
+			return configkey.New("CNIPodSelector", c.CNIPodSelector, "selects every pod of the namespace; name the CNI DaemonSet's pods")
 		}
 	}
 	if c.NodeReadiness {
 		if errs := validation.IsQualifiedName(c.StartupTaintKey); len(errs) > 0 {
-			return fmt.Errorf("--startup-taint-key: %q is not a taint key: %s", c.StartupTaintKey, errs[0])
+			return configkey.New("StartupTaintKey", c.StartupTaintKey, "is not a taint key: "+errs[0])
 		}
 		switch c.StartupTaintEffect {
 		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 		default:
-			return fmt.Errorf("--startup-taint-effect: %q is not one of NoSchedule, PreferNoSchedule, NoExecute", c.StartupTaintEffect)
+			return configkey.New("StartupTaintEffect", string(c.StartupTaintEffect), "is not one of NoSchedule, PreferNoSchedule, NoExecute")
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
 )
 
 // harness is a controller over a fake clientset whose informer caches are
@@ -792,6 +794,10 @@ consul_cni_repair_nodes{cni_ready="true"} 1
 }
 
 func TestConfigValidate(t *testing.T) {
+	configFields := map[string]bool{}
+	for f := range reflect.TypeFor[Config]().Fields() {
+		configFields[f.Name] = true
+	}
 	for name, mut := range map[string]func(*Config){
 		"action":        func(c *Config) { c.Action = "kill" },
 		"gate":          func(c *Config) { c.Gate = "maybe" },
@@ -810,8 +816,8 @@ func TestConfigValidate(t *testing.T) {
 		mut(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
-		} else if !strings.Contains(err.Error(), "--") {
-			t.Errorf("%s: error does not name the flag: %v", name, err)
+		} else if ke := (*configkey.Error)(nil); !errors.As(err, &ke) || !configFields[ke.Keys()[0]] || strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: error does not name the key (a Config field): %v", name, err)
 		}
 	}
 	c := defaultConfig()
@@ -952,7 +958,7 @@ func TestBreakerBaselineSurvivesRestart(t *testing.T) {
 
 // What the node-readiness controller writes is what the gate reads back.
 func TestReadySinceRoundTrip(t *testing.T) {
-	nr := newNRHarness(t, nil, newNode(nil), cniPod("n1", true, -time.Second))
+	nr := newNRHarness(t, nil, nodeObject(nil), cniPod("n1", true, -time.Second))
 	nr.n.now = func() time.Time { return t0.Add(-7 * time.Minute) }
 	if err := nr.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)

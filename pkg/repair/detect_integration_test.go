@@ -61,8 +61,8 @@ func nodeEvents(t *testing.T, client kubernetes.Interface, node, reason string) 
 func TestIntegrationDryRunNodeReadinessMutatesNothing(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	wouldReady := newNode(t, c, false, corev1.Taint{Key: annotations.TaintCNINotReady, Effect: corev1.TaintEffectNoSchedule})
-	wouldNotReady := newNode(t, c, true)
+	wouldReady := createNode(t, c, false, corev1.Taint{Key: annotations.TaintCNINotReady, Effect: corev1.TaintEffectNoSchedule})
+	wouldNotReady := createNode(t, c, true)
 	cniPodOn(t, c, ns, wouldReady, true)
 	before := map[string]*corev1.Node{}
 	for _, name := range []string{wouldReady, wouldNotReady} {
@@ -162,7 +162,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, false)
+	node := createNode(t, c, false)
 	cniPodOn(t, c, ns, node, true)
 	first := startController(t, c, ns, func(m *repair.ManagerConfig) { m.NodeReadiness = true; m.Identity = "first" })
 	var since string
@@ -212,7 +212,7 @@ func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 func TestIntegrationSandboxRecreatedEvicted(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	pods := replicaSet(t, c, ns, "rebooted", node, 1)
 	r := startController(t, c, ns, nil)
 	applied := time.Now().Add(-time.Hour)

@@ -18,6 +18,17 @@ func NewDetectionFlags(c *Config) *DetectionFlags {
 	return &DetectionFlags{Action: string(c.Action), Gate: string(c.Gate)}
 }
 
+// DetectionFlagNames maps the Config keys AddDetectionFlags sets (the field
+// names Config.Validate's errors name) to their flags.
+var DetectionFlagNames = map[string]string{
+	"Action": "action", "Gate": "cni-ready-gate", "AllowBarePods": "allow-bare-pods",
+	"MinPodAge": "min-pod-age", "SandboxSlack": "sandbox-slack",
+	"InitContainerNames": "init-container-name", "InitExitCode": "init-exit-code",
+	"InjectedPodSelector": "injected-pod-selector", "Breaker": "circuit-breaker",
+	"BreakerThreshold": "breaker-threshold", "BreakerMinPods": "breaker-min-pods",
+	"CNINamespace": "cni-namespace", "CNIPodSelector": "cni-pod-selector",
+}
+
 // AddDetectionFlags registers the detection, gate, breaker and action flags
 // of c on fs.
 func (f *DetectionFlags) AddDetectionFlags(fs *pflag.FlagSet, c *Config) {

@@ -259,8 +259,8 @@ func startControllerWrapped(t testing.TB, c *cluster.Cluster, ns string, mutate 
 	return r
 }
 
-// newNode creates a Node object (no kubelet: the tests play its part).
-func newNode(t testing.TB, c *cluster.Cluster, ready bool, taints ...corev1.Taint) string {
+// createNode creates a Node object in the API server (no kubelet: the tests play its part).
+func createNode(t testing.TB, c *cluster.Cluster, ready bool, taints ...corev1.Taint) string {
 	t.Helper()
 	name := fmt.Sprintf("node-%d", time.Now().UnixNano())
 	labels := map[string]string{"kubernetes.io/hostname": name}

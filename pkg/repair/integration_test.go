@@ -74,7 +74,7 @@ func repairedTotal(m *repair.Manager, ns, action, result string, reason repair.R
 func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	pods := replicaSet(t, c, ns, "web", node, 3)
 	r := startController(t, c, ns, nil)
 
@@ -113,7 +113,7 @@ func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
 func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	pods := replicaSet(t, c, ns, "db", node, 2)
 	two := intstr.FromInt32(2)
 	pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(context.Background(), &policyv1.PodDisruptionBudget{
@@ -169,7 +169,7 @@ func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 func TestIntegrationBarePodUntouched(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	tmpl := injectedPodTemplate(ns, "bare", node)
 	pod, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: "bare", Labels: tmpl.Labels, Annotations: tmpl.Annotations}, Spec: tmpl.Spec}, metav1.CreateOptions{})
@@ -200,7 +200,7 @@ func TestIntegrationLabelPatchPreconditions(t *testing.T) {
 	pods := c.Client.CoreV1().Pods(ns)
 	ctx := context.Background()
 	// Bound to a node of its own, so no scheduler or kubelet changes it.
-	tmpl := injectedPodTemplate(ns, "lbl", newNode(t, c, true))
+	tmpl := injectedPodTemplate(ns, "lbl", createNode(t, c, true))
 	create := func() *corev1.Pod {
 		p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lbl",
 			Labels: map[string]string{"app": "lbl", "tier": "web"}, Annotations: tmpl.Annotations}, Spec: tmpl.Spec}, metav1.CreateOptions{})
@@ -259,7 +259,7 @@ func TestIntegrationLabelPatchPreconditions(t *testing.T) {
 func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	pods := replicaSet(t, c, ns, "audit", node, 2)
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.DryRun = true })
 	var after []*corev1.Pod
@@ -294,7 +294,7 @@ func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 func TestIntegrationGateClosedThenOpen(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, false)
+	node := createNode(t, c, false)
 	pods := replicaSet(t, c, ns, "gated", node, 1)
 	r := startController(t, c, ns, nil)
 	p := markBroken(t, c.Client, &pods[0])
@@ -317,7 +317,7 @@ func TestIntegrationGateClosedThenOpen(t *testing.T) {
 func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	pods := replicaSet(t, c, ns, "ha", node, 2)
 	label := func(id string) func(*repair.ManagerConfig) {
 		return func(m *repair.ManagerConfig) { m.Action = repair.ActionLabel; m.Identity = id }
@@ -388,7 +388,7 @@ func TestIntegrationNodeReadiness(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	other := corev1.Taint{Key: "example.com/dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}
-	node := newNode(t, c, false, corev1.Taint{Key: annotations.TaintCNINotReady, Effect: corev1.TaintEffectNoSchedule}, other)
+	node := createNode(t, c, false, corev1.Taint{Key: annotations.TaintCNINotReady, Effect: corev1.TaintEffectNoSchedule}, other)
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.NodeReadiness = true })
 
 	zero := int64(0)

@@ -302,7 +302,7 @@ func repairsAfterTakeover(t *testing.T, c *cluster.Cluster, ns string) {
 func TestIntegrationLeaseStolenEndsProcess(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	replicaSet(t, c, ns, "web", node, 2)
 	kc := replicaKubeconfig(t, c, ns)
 	a := startReplica(t, kc, ns, "replica-a")
@@ -342,7 +342,7 @@ func TestIntegrationAPIOutageEndsLeaderProcess(t *testing.T) {
 	}
 	t.Cleanup(c.Stop)
 	ns := c.Namespace(t)
-	node := newNode(t, c, true)
+	node := createNode(t, c, true)
 	replicaSet(t, c, ns, "web", node, 2)
 	kc := replicaKubeconfig(t, c, ns)
 	a := startReplica(t, kc, ns, "replica-a")

@@ -3,12 +3,12 @@ package repair
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
 )
 
 // Component is the Event source and the default lease name.
@@ -74,13 +76,13 @@ func (c *ManagerConfig) Validate() error {
 	}
 	if c.LeaderElect {
 		if c.LeaseNamespace == "" {
-			return errors.New("--leader-election-namespace: must not be empty")
+			return configkey.New("LeaseNamespace", nil, "must not be empty")
 		}
 		if c.LeaseName == "" {
-			return errors.New("--leader-election-id: must not be empty")
+			return configkey.New("LeaseName", nil, "must not be empty")
 		}
 		if !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline < c.LeaseDuration) {
-			return fmt.Errorf("--leader-election-retry-period/-renew-deadline/-lease-duration: %s/%s/%s: want 0 < retry < renew < lease",
+			return configkey.Errorf(strings.Join([]string{"RetryPeriod", "RenewDeadline", "LeaseDuration"}, configkey.Sep), "%s/%s/%s: want 0 < retry < renew < lease",
 				c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
 		}
 	}
@@ -143,13 +145,13 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 		})
 	}
 	if m.metricsLn, err = listen(cfg.MetricsAddr); err != nil {
-		return nil, fmt.Errorf("--metrics-bind-address %q: %w", cfg.MetricsAddr, err)
+		return nil, &configkey.Error{Key: "MetricsAddr", Value: cfg.MetricsAddr, Reason: "cannot be listened on", Err: err}
 	}
 	if m.healthLn, err = listen(cfg.HealthAddr); err != nil {
 		if m.metricsLn != nil {
 			m.metricsLn.Close()
 		}
-		return nil, fmt.Errorf("--health-probe-bind-address %q: %w", cfg.HealthAddr, err)
+		return nil, &configkey.Error{Key: "HealthAddr", Value: cfg.HealthAddr, Reason: "cannot be listened on", Err: err}
 	}
 	return m, nil
 }

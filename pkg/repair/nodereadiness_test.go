@@ -85,14 +85,16 @@ func startupTaint(effect corev1.TaintEffect) corev1.Taint {
 
 var otherTaint = corev1.Taint{Key: "example.com/gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}
 
-func newNode(labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+// nodeObject returns a Node object "n1" with labels and taints, not stored
+// anywhere.
+func nodeObject(labels map[string]string, taints ...corev1.Taint) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "5", Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
 }
 
 func TestNodeReadyLabelsAndUntaints(t *testing.T) {
 	for _, effect := range []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute} {
 		t.Run(string(effect), func(t *testing.T) {
-			h := newNRHarness(t, nil, newNode(map[string]string{"kubernetes.io/hostname": "n1"}, otherTaint, startupTaint(effect)), cniPod("n1", true, -time.Second))
+			h := newNRHarness(t, nil, nodeObject(map[string]string{"kubernetes.io/hostname": "n1"}, otherTaint, startupTaint(effect)), cniPod("n1", true, -time.Second))
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +127,7 @@ func TestNodeReadyLabelsAndUntaints(t *testing.T) {
 }
 
 func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
-	h := newNRHarness(t, nil, newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
 }
 
 func TestNodeReadyIsIdempotent(t *testing.T) {
-	node := newNode(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint)
+	node := nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint)
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T11:00:00Z"}
 	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -150,7 +152,7 @@ func TestNodeReadyIsIdempotent(t *testing.T) {
 func TestNodeNotReadyRemovesLabelKeepsTaintAway(t *testing.T) {
 	for name, cni := range map[string]*corev1.Pod{"no CNI pod": nil, "CNI pod not Ready": cniPod("n1", false, -time.Second), "CNI pod on other node": cniPod("n2", true, -time.Second)} {
 		t.Run(name, func(t *testing.T) {
-			h := newNRHarness(t, nil, newNode(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}), cni)
+			h := newNRHarness(t, nil, nodeObject(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}), cni)
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +176,7 @@ func TestNodeNotReadyRemovesLabelKeepsTaintAway(t *testing.T) {
 func TestNodeNotReadyReaddsTaintWhenAsked(t *testing.T) {
 	for name, taints := range map[string][]corev1.Taint{"no taints": nil, "other taint": {otherTaint}} {
 		t.Run(name, func(t *testing.T) {
-			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true }, newNode(map[string]string{annotations.LabelCNIReady: "ready"}, taints...), nil)
+			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true }, nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, taints...), nil)
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +194,7 @@ func TestNodeNotReadyReaddsTaintWhenAsked(t *testing.T) {
 // The cache is stale: the node's taints changed on the server. The patch's
 // test op fails, nothing is overwritten, and an error asks for a retry.
 func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
-	h := newNRHarness(t, nil, newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
 	live := h.node()
 	live.Spec.Taints = append(live.Spec.Taints, otherTaint)
 	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
@@ -226,7 +228,7 @@ func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
 // since: adding the whole label map would replace them, so the patch is
 // guarded by the resourceVersion and fails instead.
 func TestNodeReadinessStaleCacheKeepsLabels(t *testing.T) {
-	node := newNode(nil)
+	node := nodeObject(nil)
 	node.ResourceVersion = "1"
 	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
 	live := h.node()
@@ -250,7 +252,7 @@ func TestNodeReadinessIgnoresTerminatingCNIPod(t *testing.T) {
 	p := cniPod("n1", true, -time.Second)
 	ts := at(0)
 	p.DeletionTimestamp = &ts
-	h := newNRHarness(t, nil, newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), p)
+	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), p)
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -268,8 +270,8 @@ func TestNodeReadinessDryRunMutatesNothing(t *testing.T) {
 		cni    *corev1.Pod
 		reason string
 	}{
-		{"ready", newNode(map[string]string{"a": "b"}, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second), EventWouldMarkCNIReady},
-		{"not ready", newNode(map[string]string{annotations.LabelCNIReady: "ready"}), nil, EventWouldMarkCNINotReady},
+		{"ready", nodeObject(map[string]string{"a": "b"}, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second), EventWouldMarkCNIReady},
+		{"not ready", nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}), nil, EventWouldMarkCNINotReady},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newNRHarness(t, func(c *Config) { c.DryRun = true; c.ReaddStartupTaint = true }, tc.node, tc.cni)
@@ -302,7 +304,7 @@ func TestNodeReadinessDryRunMutatesNothing(t *testing.T) {
 func TestNodeReadyWritesReadySince(t *testing.T) {
 	for name, ann := range map[string]map[string]string{"no annotations": nil, "other annotations": {"example.com/x": "y"}} {
 		t.Run(name, func(t *testing.T) {
-			node := newNode(map[string]string{"a": "b"})
+			node := nodeObject(map[string]string{"a": "b"})
 			node.Annotations = ann
 			h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
 			h.n.now = func() time.Time { return t0.Add(1500 * time.Millisecond) }
@@ -324,7 +326,7 @@ func TestNodeReadyWritesReadySince(t *testing.T) {
 // added; a valid annotation is kept when the label is re-added; readiness
 // lost removes both.
 func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
-	h := newNRHarness(t, nil, newNode(map[string]string{annotations.LabelCNIReady: "ready"}), cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}), cniPod("n1", true, -time.Second))
 	h.n.now = func() time.Time { return t0 }
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
@@ -333,7 +335,7 @@ func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
 		t.Fatalf("not backfilled: %v", n.Annotations)
 	}
 
-	node := newNode(map[string]string{"a": "b"})
+	node := nodeObject(map[string]string{"a": "b"})
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T10:00:00Z"}
 	h = newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
 	h.n.now = func() time.Time { return t0 }
@@ -344,7 +346,7 @@ func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
 		t.Fatalf("label %v, baseline %v: want the label back and the baseline kept", n.Labels, n.Annotations)
 	}
 
-	node = newNode(map[string]string{annotations.LabelCNIReady: "ready"})
+	node = nodeObject(map[string]string{annotations.LabelCNIReady: "ready"})
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T10:00:00Z", "example.com/x": "y"}
 	h = newNRHarness(t, nil, node, nil)
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -365,15 +367,15 @@ func TestNodeReadinessEventsSayOnlyWhatChanged(t *testing.T) {
 		want       string
 		notContain string
 	}{
-		{name: "label only", node: newNode(nil), cni: cniPod("n1", true, -time.Second),
+		{name: "label only", node: nodeObject(nil), cni: cniPod("n1", true, -time.Second),
 			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label, notContain: "taint"},
-		{name: "taint only", node: withReadySince(newNode(map[string]string{annotations.LabelCNIReady: "ready"}, startupTaint(corev1.TaintEffectNoSchedule))), cni: cniPod("n1", true, -time.Second),
+		{name: "taint only", node: withReadySince(nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, startupTaint(corev1.TaintEffectNoSchedule))), cni: cniPod("n1", true, -time.Second),
 			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: removed " + taint, notContain: "label"},
-		{name: "both", node: newNode(nil, startupTaint(corev1.TaintEffectNoSchedule)), cni: cniPod("n1", true, -time.Second),
+		{name: "both", node: nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cni: cniPod("n1", true, -time.Second),
 			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label + ", removed " + taint},
-		{name: "label removed", node: newNode(map[string]string{annotations.LabelCNIReady: "ready"}),
+		{name: "label removed", node: nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}),
 			want: "removed label " + label, notContain: "taint"},
-		{name: "label removed, taint re-added", readd: true, node: newNode(map[string]string{annotations.LabelCNIReady: "ready"}),
+		{name: "label removed, taint re-added", readd: true, node: nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}),
 			want: "removed label " + label + ", added " + taint + ":NoSchedule"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -405,7 +407,7 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 			remover := cniPod("n1", ready, -time.Second)
 			remover.Labels[annotations.LabelInstallerMode] = annotations.InstallerModeUninstall
 			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true },
-				newNode(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}, otherTaint, startupTaint(corev1.TaintEffectNoSchedule)), remover)
+				nodeObject(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}, otherTaint, startupTaint(corev1.TaintEffectNoSchedule)), remover)
 			if readyCNIPod(h.inf.CNIPods.GetIndexer(), "n1") != nil {
 				t.Fatal("an uninstalling pod counts as a ready CNI pod")
 			}

@@ -25,6 +25,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/sdkref"
@@ -272,8 +273,8 @@ func backendFor(t *testing.T, name string) redirect.Backend {
 func consulEntry(t *testing.T, backend string, extra map[string]any) map[string]any {
 	dir := t.TempDir()
 	e := map[string]any{
-		"cni_bin_dir": "/opt/cni/bin", "cni_net_dir": dir, "kubeconfig": "ZZZ-consul-cni-kubeconfig",
-		"log_level": "debug", "multus": false, "state_dir": dir, "iptables_backend": backend,
+		cniconf.KeyCNIBinDir: "/opt/cni/bin", cniconf.KeyCNINetDir: dir, cniconf.KeyKubeconfig: cniconf.ConsulK8sKubeconfigFileName,
+		cniconf.KeyLogLevel: "debug", cniconf.KeyMultus: false, "state_dir": dir, "iptables_backend": backend,
 		"log_file": filepath.Join(dir, "consul-cni.log"),
 	}
 	for k, v := range extra {
@@ -424,7 +425,7 @@ func (s *apiStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *apiStub) kubeconfig(t *testing.T, dir, server string) {
 	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user:\n    tokenFile: token\n", server)
-	if err := os.WriteFile(filepath.Join(dir, "ZZZ-consul-cni-kubeconfig"), []byte(kc), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, cniconf.ConsulK8sKubeconfigFileName), []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("t0k3n"), 0o600); err != nil {
@@ -465,7 +466,7 @@ func TestTrafficDualStack(t *testing.T) {
 			srv := httptest.NewServer(stub)
 			t.Cleanup(srv.Close)
 			entry := consulEntry(t, backend, nil)
-			stub.kubeconfig(t, entry["cni_net_dir"].(string), srv.URL)
+			stub.kubeconfig(t, entry[cniconf.KeyCNINetDir].(string), srv.URL)
 
 			s4, s6 := podSubnets(r)
 			chain := New(t, Options{Subnet4: s4, Subnet6: s6, Consul: entry})
@@ -531,7 +532,7 @@ func TestDualStackTableMatchesSDK(t *testing.T) {
 	srv := httptest.NewServer(stub)
 	t.Cleanup(srv.Close)
 	entry := consulEntry(t, "auto", nil)
-	stub.kubeconfig(t, entry["cni_net_dir"].(string), srv.URL)
+	stub.kubeconfig(t, entry[cniconf.KeyCNINetDir].(string), srv.URL)
 	s4, s6 := podSubnets(r)
 	chain := New(t, Options{Subnet4: s4, Subnet6: s6, Consul: entry, CNIVersion: "0.4.0"})
 	pod := r.NewNetns(t, "pod")
@@ -556,7 +557,7 @@ func TestLifecycle(t *testing.T) {
 	const cfg = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
 	s4, _ := podSubnets(r)
 	// Nomad's way: no kubeconfig, the config comes in CNI_ARGS.
-	chain := New(t, Options{Subnet4: s4, Consul: consulEntry(t, "auto", map[string]any{"kubeconfig": nil})})
+	chain := New(t, Options{Subnet4: s4, Consul: consulEntry(t, "auto", map[string]any{cniconf.KeyKubeconfig: nil})})
 	if err := chain.Status(ctx); err != nil {
 		t.Fatalf("STATUS: %v", err)
 	}
@@ -666,7 +667,7 @@ func TestStatusPassesWhileCredentialsFailADDClosed(t *testing.T) {
 	}}}
 	srv := httptest.NewServer(stub)
 	t.Cleanup(srv.Close)
-	dir := entry["cni_net_dir"].(string)
+	dir := entry[cniconf.KeyCNINetDir].(string)
 	stub.kubeconfig(t, dir, srv.URL)
 	if err := os.Remove(filepath.Join(dir, "token")); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
@@ -142,7 +143,7 @@ users:
   user:
     tokenFile: consul-cni-token
 `, server, caLine)
-	if err := os.WriteFile(filepath.Join(e.netDir, "ZZZ-consul-cni-kubeconfig-1a2b"), []byte(kc), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.netDir, cniconf.ConsulK8sKubeconfigFileName+"-1a2b"), []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.writeToken(t, token)
@@ -161,8 +162,8 @@ func (e *env) writeToken(t *testing.T, token string) {
 
 func (e *env) chain(t *testing.T, extra map[string]any) *cnichain.Chain {
 	entry := map[string]any{
-		"cni_bin_dir": "/opt/cni/bin", "cni_net_dir": e.netDir, "kubeconfig": "ZZZ-consul-cni-kubeconfig",
-		"log_level": "debug", "state_dir": e.netDir, "log_file": filepath.Join(e.netDir, "consul-cni.log"),
+		cniconf.KeyCNIBinDir: "/opt/cni/bin", cniconf.KeyCNINetDir: e.netDir, cniconf.KeyKubeconfig: cniconf.ConsulK8sKubeconfigFileName,
+		cniconf.KeyLogLevel: "debug", "state_dir": e.netDir, "log_file": filepath.Join(e.netDir, "consul-cni.log"),
 	}
 	for k, v := range extra {
 		entry[k] = v

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
@@ -164,7 +165,7 @@ func startStandIn(t *testing.T, c *cluster.Cluster, node *simnode.Node, plugin s
 					Name: "install-cni", Image: "registry.example/podprog:1",
 					Args: []string{"install-cni", "--bin-dir=/host/opt/cni/bin", "--net-dir=/host/etc/cni/net.d", "--plugin=" + plugin},
 					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-						Command: []string{"podprog", "exists", "/host/etc/cni/net.d/ZZZ-consul-cni-kubeconfig"}}}},
+						Command: []string{"podprog", "exists", "/host/etc/cni/net.d/" + cniconf.ConsulK8sKubeconfigFileName}}}},
 					VolumeMounts: []corev1.VolumeMount{{Name: "bin", MountPath: "/host/opt/cni/bin"}, {Name: "net", MountPath: "/host/etc/cni/net.d"}},
 				}},
 				Volumes: []corev1.Volume{

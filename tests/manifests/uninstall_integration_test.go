@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
@@ -197,9 +197,9 @@ func nodeClean(ctx context.Context, cs kubernetes.Interface, name string) error 
 // its conflist.
 func assertNothingOfOurs(t *testing.T, n *simnode.Node) {
 	t.Helper()
-	for _, f := range []string{filepath.Join(n.ConfDir(), install.KubeconfigFileName), filepath.Join(n.ConfDir(), install.TokenFileName),
-		filepath.Join(n.ConfDir(), install.OwnerFileName),
-		filepath.Join(n.BinDir(), install.PluginType)} {
+	for _, f := range []string{filepath.Join(n.ConfDir(), cniconf.KubeconfigFileName), filepath.Join(n.ConfDir(), cniconf.TokenFileName),
+		filepath.Join(n.ConfDir(), cniconf.OwnerFileName),
+		filepath.Join(n.BinDir(), cniconf.PluginType)} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("node %s: %s left", n.Name(), f)
 		}
@@ -222,7 +222,7 @@ func assertNothingOfOurs(t *testing.T, n *simnode.Node) {
 			continue
 		}
 		for _, p := range list.Plugins {
-			if p.Type == install.PluginType {
+			if p.Type == cniconf.PluginType {
 				t.Errorf("node %s: %s still chains %s", n.Name(), e.Name(), p.Type)
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
@@ -660,7 +661,7 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 	}
 	kc := &rest.Config{Host: r.node.APIServer(), BearerToken: tok,
 		TLSClientConfig: rest.TLSClientConfig{CAData: r.e.Cluster.CAData, ServerName: "127.0.0.1"}}
-	if err := cluster.WriteKubeconfig(filepath.Join(r.node.ConfDir(), "ZZZ-consul-cni-kubeconfig"), kc, "consul-cni"); err != nil {
+	if err := cluster.WriteKubeconfig(filepath.Join(r.node.ConfDir(), cniconf.KubeconfigFileName), kc, "consul-cni"); err != nil {
 		return err
 	}
 	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
@@ -672,14 +673,15 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 	if err := json.Unmarshal(b, &conf); err != nil {
 		return err
 	}
-	conf["plugins"] = append(conf["plugins"].([]any), map[string]any{
-		"type":        "consul-cni",
-		"log_level":   "info",
-		"multus":      false,
-		"kubeconfig":  "ZZZ-consul-cni-kubeconfig",
-		"cni_bin_dir": r.node.BinDir(),
-		"cni_net_dir": r.node.ConfDir(),
-		"state_dir":   filepath.Join(r.root, "var", "run", "consul-cni"),
+	conf["plugins"] = append(conf["plugins"].([]any), struct {
+		Type string `json:"type"`
+		cniconf.Settings
+		StateDir string `json:"state_dir"`
+	}{
+		Type: cniconf.PluginType,
+		Settings: cniconf.Settings{LogLevel: "info", Kubeconfig: cniconf.KubeconfigFileName,
+			CNIBinDir: r.node.BinDir(), CNINetDir: r.node.ConfDir()},
+		StateDir: filepath.Join(r.root, "var", "run", "consul-cni"),
 	})
 	out, _ := json.MarshalIndent(conf, "", "  ")
 	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {

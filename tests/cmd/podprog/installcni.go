@@ -13,10 +13,12 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // consulK8sKubeconfig is the kubeconfig file consul-k8s's installer writes.
-const consulK8sKubeconfig = "ZZZ-consul-cni-kubeconfig"
+const consulK8sKubeconfig = cniconf.ConsulK8sKubeconfigFileName
 
 // installCNI stands in for consul-k8s's install-cni: it copies the plugin,
 // writes a kubeconfig with the service-account token embedded, appends the
@@ -46,8 +48,9 @@ func installCNI(ctx context.Context, args []string) error {
 		return err
 	}
 	list, err := editFirstList(*netDir, func(plugins []map[string]any) []map[string]any {
-		return append(plugins, map[string]any{"name": "consul-cni", "type": "consul-cni", "cni_bin_dir": *binDir,
-			"cni_net_dir": *netDir, "kubeconfig": consulK8sKubeconfig, "log_level": "info", "multus": false})
+		return append(plugins, map[string]any{"name": cniconf.PluginName, "type": cniconf.PluginType,
+			cniconf.KeyCNIBinDir: *binDir, cniconf.KeyCNINetDir: *netDir, cniconf.KeyKubeconfig: consulK8sKubeconfig,
+			cniconf.KeyLogLevel: "info", cniconf.KeyMultus: false})
 	})
 	if err != nil {
 		return err
