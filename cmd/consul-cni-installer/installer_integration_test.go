@@ -43,14 +43,26 @@ type installerPod struct {
 	pod             *corev1.Pod
 }
 
+// installerNode is the Node the installer pods are bound to. It exists, so
+// kube-controller-manager's pod garbage collector never deletes them as
+// orphans (it does after 40 s on a missing node), and the pods tolerate
+// every taint, so the NotReady taints of a node without a kubelet never
+// evict them: a pod goes only when a test deletes it.
+const installerNode = "consul-cni-installer-test"
+
 func newInstallerPod(t *testing.T, c *cluster.Cluster, ns, name, dir string) *installerPod {
 	t.Helper()
 	ctx := context.Background()
+	_, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: installerNode}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	p, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: "consul-cni",
-			NodeName:           "no-such-node",
+			NodeName:           installerNode,
+			Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers:         []corev1.Container{{Name: "installer", Image: "consul-cni-installer"}},
 		},
 	}, metav1.CreateOptions{})

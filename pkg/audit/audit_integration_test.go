@@ -134,13 +134,18 @@ func TestAuditOnCluster(t *testing.T) {
 	}
 	checkReadOnly(t, asAuditor, ns)
 
-	// The table: a header and one row per pod outside the mesh.
+	// The table: a header and one row per pod outside the mesh, then the
+	// pods the controller never judges (the Succeeded one).
 	out.Reset()
 	stderr.Reset()
 	code = Main(ctx, "repair audit", []string{"-n", ns}, &out, &stderr,
 		func(*Options) (kubernetes.Interface, error) { return asAuditor, nil })
-	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); code != ExitOutside || len(lines) != len(want)+1 {
+	outside, notJudged, _ := strings.Cut(strings.TrimSpace(out.String()), "\n\n")
+	if lines := strings.Split(outside, "\n"); code != ExitOutside || len(lines) != len(want)+1 {
 		t.Errorf("table: exit %d, %d lines:\n%s", code, len(lines), out.String())
+	}
+	if lines := strings.Split(notJudged, "\n"); len(lines) != 3 || !strings.Contains(lines[2], "done") || !strings.Contains(lines[2], "pod succeeded") {
+		t.Errorf("not-judged table: %q, want a title, a header and the Succeeded pod", notJudged)
 	}
 	t.Logf("repair audit -n %s\n%s%s", ns, out.String(), stderr.String())
 
