@@ -111,6 +111,12 @@ func (w *readinessWitness) onPod(ctx context.Context, p *corev1.Pod) {
 		return
 	}
 	w.mu.Lock()
+	// Only the run's node: pods of an earlier run on the same control
+	// plane may still be listed while their namespace goes away.
+	if w.node == "" || p.Spec.NodeName != w.node {
+		w.mu.Unlock()
+		return
+	}
 	_, seen := w.scheduled[p.Name]
 	if !seen {
 		w.scheduled[p.Name] = time.Now()
