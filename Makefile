@@ -127,9 +127,9 @@ test-integration: deps kube-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
 	$(MAKE) test-manifests-integration
 
-## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/manifests)
+## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/suites/manifests)
 test-manifests: toolchain
-	cd tests/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 ./...
+	cd tests/suites/manifests && $(GOTEST) $(TEST_FLAGS) -count=1 ./...
 
 ## promtool: promtool (Debian package prometheus) via apt-get when missing
 promtool:
@@ -139,22 +139,22 @@ promtool:
 ## (generated from Go, checked against the shipped JSON and the metrics contract)
 MONITORING_TESTS := ^(TestAlertRulesOnData|TestAlertRules|TestRunbook|TestDashboard.*|TestServiceMonitor)$$
 test-monitoring: toolchain promtool
-	cd tests/manifests && CCR_PROMTOOL=$$(command -v promtool || echo promtool-not-installed) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
+	cd tests/suites/manifests && CCR_PROMTOOL=$$(command -v promtool || echo promtool-not-installed) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
 
-## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/manifests/dashboard,
+## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/suites/manifests/dashboard,
 ## Grafana Foundation SDK); test-monitoring fails when the shipped file differs
 dashboard: toolchain
-	cd tests/manifests && $(GO) run ./cmd/dashboard -o ../../manifests/base/monitoring/grafana-dashboard.json
+	cd tests/suites/manifests && $(GO) run ./cmd/dashboard -o ../../../manifests/base/monitoring/grafana-dashboard.json
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the README's local walkthrough with kubectl
 test-manifests-integration: deps kube-bins helm
-	cd tests/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
+	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
-## helm: the Helm CLI pinned in tests/manifests/go.mod (tool directive), into bin/helm
+## helm: the Helm CLI pinned in tests/suites/manifests/go.mod (tool directive), into bin/helm
 helm: toolchain
 	@mkdir -p $(BIN)
-	cd tests/manifests && CGO_ENABLED=0 $(GO) build \
+	cd tests/suites/manifests && CGO_ENABLED=0 $(GO) build \
 		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4)" \
 		-o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
 
@@ -185,7 +185,7 @@ lint: toolchain
 	$(GO) vet -tags integration ./...
 	@# -trimpath as in hack/build-kube.sh, so this vet and the kube build share the compiled k8s packages
 	cd tests/kube && $(GO) vet -trimpath ./...
-	cd tests/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
+	cd tests/suites/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
 	cd tools && $(GO) vet ./... && $(GO) vet -tags images ./...
 
 fmt: toolchain
@@ -198,7 +198,7 @@ bench: toolchain
 ## bench-cni: consul-cni ADD in fresh netns vs one iptables exec per rule (root); prints median, p99, ratio
 BENCH_CNI_ADDS ?= 100
 bench-cni: deps
-	$(GOTEST) -tags privileged -run '^$$' -bench '^BenchmarkADD$$' -benchtime $(BENCH_CNI_ADDS)x -timeout 60m ./tests/cnichain
+	$(GOTEST) -tags privileged -run '^$$' -bench '^BenchmarkADD$$' -benchtime $(BENCH_CNI_ADDS)x -timeout 60m ./tests/suites/cnichain
 
 ## bench-repair: the repair controller against the local control plane, rate limit lifted:
 ## bursts of 100 and 1,000 pods turning broken (median/p99 s to eviction, actions/s) and RSS with 10,000 pods cached
@@ -230,6 +230,6 @@ demo: deps kube-bins
 clean: clean-testbin
 	rm -rf $(BIN) $(DIST) $(CACHE)/testbin
 
-## clean-testbin: where tests/testbin builds when this checkout is not reachable by other users
+## clean-testbin: where tests/harness/testbin builds when this checkout is not reachable by other users
 clean-testbin:
 	rm -rf "$${TMPDIR:-/tmp}/ccr-testbin-$$(printf %s "$(CURDIR)" | sha256sum | cut -c1-12)"

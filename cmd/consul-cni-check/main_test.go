@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 )
 
 func parse(t *testing.T, args ...string) (*options, error) {

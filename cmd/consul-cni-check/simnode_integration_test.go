@@ -19,10 +19,10 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 const redirectConfig = `{"ConsulDNSIP":"","ConsulDNSPort":0,"ProxyUserID":"5995","ProxyInboundPort":20000,` +

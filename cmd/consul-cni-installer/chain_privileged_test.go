@@ -21,9 +21,9 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // runtimeNetwork loads the node's network the way containerd's CRI plugin

@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/proc"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 )
 
 // chainComplete tells whether the runtime would run the plugin on the node:

@@ -15,8 +15,8 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 const probeUID = 1000

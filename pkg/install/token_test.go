@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"os"
 	"path/filepath"
 	"sync"

@@ -14,8 +14,8 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/sdkref"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkref"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 var backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}

@@ -32,9 +32,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 )
 
 // The benchmarks run the real `repair` binary as its own process against the

@@ -30,9 +30,9 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 )
 
 // TestMain registers klog's flags (go test ... -args -v=4) and runs the

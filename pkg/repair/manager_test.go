@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-cni-repair/consul-cni-repair/tests/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"

@@ -16,11 +16,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/lifecycle"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testbin"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/testnet"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/lifecycle"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 type options struct {

@@ -1,6 +1,6 @@
 // Command demo reproduces the race on an embedded local cluster and shows
 // what each layer of consul-cni-repair changes (`make demo`): the no-repair,
-// repair and prevention runs of tests/scenario, a live progress line, a
+// repair and prevention runs of tests/harness/scenario, a live progress line, a
 // table, and a JSON report at $DEMO_REPORT (default demo-report.json).
 package main
 
@@ -19,10 +19,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/consul-cni-repair/consul-cni-repair/tests/cluster"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/lifecycle"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/scenario"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/lifecycle"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 )
 
 type options struct {

@@ -1,0 +1,958 @@
+package scenario
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
+)
+
+// Mode is one of the three runs.
+type Mode string
+
+const (
+	NoRepair   Mode = "no-repair"
+	Repair     Mode = "repair"
+	Prevention Mode = "prevention"
+	// SandboxRecreated: meshed pods; one loses its sandbox while consul-cni
+	// is out of the chain (a node reboot), bypasses with its status still
+	// complete, and is replaced (not part of the demo).
+	SandboxRecreated Mode = "sandbox-recreated"
+)
+
+// Modes in the order the demo runs them.
+var Modes = []Mode{NoRepair, Repair, Prevention}
+
+// Config of one run. Zero fields take the defaults in brackets.
+type Config struct {
+	Mode Mode
+	// Pods is the Deployment's replicas [3].
+	Pods int
+	// CNIDelay is how long after the pods run (prevention: after the
+	// Deployment is created) the plugin is chained on the node [5s].
+	CNIDelay time.Duration
+	// Observe is the shortest observation after the plugin is chained [15s].
+	Observe time.Duration
+	// Timeout bounds the wait for every pod to be meshed after the plugin
+	// is chained, in the runs that expect it [3m].
+	Timeout time.Duration
+	// Settle is how long all pods must stay meshed to end early [3s].
+	Settle time.Duration
+	// ProbeInterval is the probers' interval [250ms].
+	ProbeInterval time.Duration
+	// DirectChain appends consul-cni to the conflist from the test instead
+	// of deploying the installer DaemonSet (no-repair only; the default
+	// when the tree has no installer).
+	DirectChain bool
+	// MinPodAge is the controller's --min-pod-age [10s]; RepairArgs are
+	// more controller flags.
+	MinPodAge  time.Duration
+	RepairArgs []string
+	// SandboxSlack is the controller's --sandbox-slack in the
+	// sandbox-recreated run [5s].
+	SandboxSlack time.Duration
+	// TaintByPolicy (prevention): the node registers with no taint; the
+	// MutatingAdmissionPolicy of manifests/components/node-startup-taint,
+	// installed for the run, adds the startup taint when it is created.
+	TaintByPolicy bool
+	// Progress, when set, is called about once a second.
+	Progress func(Progress)
+	// Inspect, when set, is called with the run's namespace after the
+	// observation, before anything is torn down.
+	Inspect func(ctx context.Context, namespace string) error
+}
+
+func (c *Config) defaults() {
+	if c.Pods == 0 {
+		c.Pods = 3
+	}
+	if c.CNIDelay == 0 {
+		c.CNIDelay = 5 * time.Second
+	}
+	if c.Observe == 0 {
+		c.Observe = 15 * time.Second
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 3 * time.Minute
+	}
+	if c.Settle == 0 {
+		c.Settle = 3 * time.Second
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 250 * time.Millisecond
+	}
+	if c.MinPodAge == 0 {
+		c.MinPodAge = 10 * time.Second
+	}
+	if c.SandboxSlack == 0 {
+		c.SandboxSlack = 5 * time.Second
+	}
+}
+
+// Progress is a run's state, reported while it runs.
+type Progress struct {
+	Mode  Mode
+	Phase string
+	// Elapsed since the run started; SinceCNI since the plugin was chained
+	// (negative before).
+	Elapsed, SinceCNI                                    time.Duration
+	Pods, Live, Meshed, Bypassing, EverBypassed, Actions int
+}
+
+// PodResult is one pod's record.
+type PodResult struct {
+	Name    string `json:"name"`
+	UID     string `json:"uid"`
+	IP      string `json:"ip,omitempty"`
+	Meshed  int    `json:"meshed"`
+	Bypass  int    `json:"bypass"`
+	Errors  int    `json:"errors"`
+	Deleted bool   `json:"deleted"`
+	// ExternalConnections is what the external service saw from the pod's
+	// IP: a second witness of bypass.
+	ExternalConnections int `json:"external_connections"`
+}
+
+// Result of one run (the JSON of the demo report's scenarios).
+type Result struct {
+	Name           string `json:"name"`
+	Pods           int    `json:"pods"`
+	EverBypassed   int    `json:"ever_bypassed"`
+	BypassingAtEnd int    `json:"bypassing_at_end"`
+	// SecondsToAllMeshed counts from the moment the plugin was chained on
+	// the node until every pod of the Deployment was meshed; null when they
+	// were not all meshed at the end.
+	SecondsToAllMeshed *float64 `json:"seconds_to_all_meshed"`
+	// Actions is the number of pods the repair controller evicted or
+	// deleted (its consul_cni_repair_pods_repaired_total, successes).
+	Actions int `json:"actions"`
+	// PodsSeen counts every pod that existed during the run.
+	PodsSeen int `json:"pods_seen"`
+	// Control is the no-repair run's pod created after the plugin was
+	// chained (not counted above).
+	Control *PodResult `json:"control,omitempty"`
+	// Recreated is the pod whose sandbox was recreated (sandbox-recreated
+	// run), and RecreatedActions the controller's successful repairs with
+	// reason sandbox_recreated.
+	Recreated        *PodResult  `json:"recreated,omitempty"`
+	RecreatedActions int         `json:"recreated_actions,omitempty"`
+	SecondsObserved  float64     `json:"seconds_observed"`
+	Chain            string      `json:"chain"`
+	PodResults       []PodResult `json:"pod_results"`
+}
+
+var (
+	runMu  sync.Mutex
+	runSeq int
+)
+
+// Run runs one scenario and tears everything it made down.
+func Run(ctx context.Context, e *Env, cfg Config) (*Result, error) {
+	cfg.defaults()
+	if err := e.Supports(cfg.Mode); err != nil {
+		return nil, err
+	}
+	if e.Bins.Installer == "" {
+		cfg.DirectChain = true
+	}
+	if cfg.DirectChain && cfg.Mode != NoRepair {
+		return nil, fmt.Errorf("the %s run needs the installer DaemonSet (DirectChain is for no-repair only)", cfg.Mode)
+	}
+	runMu.Lock()
+	runSeq++
+	id := fmt.Sprintf("%s-s%d-%d", cfg.Mode, e.Range.Slot, runSeq)
+	runMu.Unlock()
+	r := &runner{e: e, cfg: cfg, id: id, cs: e.Cluster.Client, start: time.Now()}
+	defer r.cleanup()
+	return r.execute(ctx)
+}
+
+// runner runs one scenario of a Config on its own node and namespace and
+// undoes what it set up in cleanup.
+type runner struct {
+	e     *Env
+	cfg   Config
+	id    string
+	cs    kubernetes.Interface
+	start time.Time
+
+	ns                  string
+	node                *simnode.Node
+	root                string
+	release             func()
+	dir                 string
+	controller          *proc.Process
+	metrics             string
+	ds                  bool
+	dsNamespace, dsName string
+	cniAt               time.Time
+	tr                  *tracker
+	phase               string
+	live                []*podTrack
+	cleanups            []func()
+}
+
+func (r *runner) logf(format string, args ...any) {
+	r.e.Logf("[%s %5.1fs] %s", r.cfg.Mode, time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *runner) cleanup() {
+	r.logf("cleaning up")
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+	r.logf("cleaned up")
+}
+
+func (r *runner) onCleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+
+// execute sets the run up, lets the pods start before consul-cni is on the
+// node (except in the sandbox-recreated run), chains it and observes.
+func (r *runner) execute(ctx context.Context) (*Result, error) {
+	if err := r.setUp(ctx); err != nil {
+		return nil, err
+	}
+	if r.cfg.Mode == SandboxRecreated {
+		return r.runRecreated(ctx)
+	}
+	if err := r.podsBeforeCNI(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.chainCNI(ctx); err != nil {
+		return nil, err
+	}
+	res, err := r.observe(ctx, r.cfg.Mode != NoRepair)
+	if err == nil && r.cfg.Inspect != nil {
+		err = r.cfg.Inspect(ctx, r.ns)
+	}
+	return res, err
+}
+
+// setUp makes the run's directory, node and namespace and, unless the mode
+// is no-repair, starts the controller with its manifests.
+func (r *runner) setUp(ctx context.Context) error {
+	var err error
+	proc.RemoveStale(filepath.Join(os.TempDir(), "ccr-run-*"))
+	if r.dir, err = os.MkdirTemp("", "ccr-run-"); err != nil {
+		return err
+	}
+	if err := proc.MarkOwned(r.dir); err != nil {
+		return err
+	}
+	r.onCleanup(func() { os.RemoveAll(r.dir) })
+
+	if r.cfg.TaintByPolicy {
+		r.setPhase("installing the startup-taint admission policy")
+		if err := r.installStartupTaintPolicy(ctx); err != nil {
+			return err
+		}
+	}
+	r.setPhase("starting the node")
+	if err := r.startNode(ctx); err != nil {
+		return err
+	}
+	ns, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "race-" + string(r.cfg.Mode) + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	r.ns = ns.Name
+	r.onCleanup(func() {
+		_ = r.cs.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
+	})
+	r.tr = newTracker(r.root, r.ns)
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
+		_, err := r.cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("namespace %s: no default service account: %w", r.ns, err)
+	}
+
+	if r.cfg.Mode != NoRepair {
+		if err := r.applyCNIManifests(ctx, false); err != nil {
+			return err
+		}
+		if err := r.startController(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podsBeforeCNI deploys the injected pods and waits while consul-cni is
+// not on the node: prevention keeps them pending, the other modes let them
+// run on the primary network only.
+func (r *runner) podsBeforeCNI(ctx context.Context) error {
+	r.setPhase(fmt.Sprintf("deploying %d injected pods", r.cfg.Pods))
+	if err := r.deploy(ctx); err != nil {
+		return err
+	}
+	if r.cfg.Mode != Prevention {
+		r.setPhase("pods starting on the primary network only")
+		if err := r.waitRunning(ctx); err != nil {
+			return err
+		}
+		r.setPhase(fmt.Sprintf("pods run; consul-cni arrives in %s", r.cfg.CNIDelay))
+		return r.wait(ctx, r.cfg.CNIDelay)
+	}
+	r.setPhase("pods wait for the node's CNI")
+	if err := r.wait(ctx, r.cfg.CNIDelay); err != nil {
+		return err
+	}
+	pods, err := r.pods(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			return fmt.Errorf("prevention: pod %s was scheduled onto %s before its CNI was ready", p.Name, p.Spec.NodeName)
+		}
+	}
+	return nil
+}
+
+// chainCNI puts consul-cni into the node's chain (by the installer
+// DaemonSet, or by hand with DirectChain) and waits until it is there.
+func (r *runner) chainCNI(ctx context.Context) error {
+	r.setPhase("chaining consul-cni on the node")
+	var err error
+	if r.cfg.DirectChain {
+		err = r.chainDirectly(ctx)
+	} else if err = r.applyCNIManifests(ctx, false); err == nil {
+		err = r.applyCNIManifests(ctx, true)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.waitChained(ctx); err != nil {
+		return err
+	}
+	if r.cfg.Mode == NoRepair {
+		// A pod that lands now gets the plugin: it must be meshed, which
+		// shows that the others bypass because of when their sandbox was
+		// made, not because the plugin or the probe is broken.
+		return r.createControl(ctx)
+	}
+	return nil
+}
+
+// waitChained waits until consul-cni is in the node's chain and records
+// when.
+func (r *runner) waitChained(ctx context.Context) error {
+	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
+		ok, err := r.chained()
+		if ok {
+			r.cniAt = time.Now()
+		}
+		r.tick(ctx)
+		return ok, err
+	}); err != nil {
+		return fmt.Errorf("consul-cni never appeared in %s: %w%s", r.node.ConfDir(), err, r.installerLogs())
+	}
+	r.logf("consul-cni chained on %s: %s", r.node.Name(), r.chainString())
+	return nil
+}
+
+// observe watches the traffic for at least Observe after cniAt and, when
+// expectMeshed, until every pod has been meshed for Settle (or Timeout).
+func (r *runner) observe(ctx context.Context, expectMeshed bool) (*Result, error) {
+	r.setPhase("observing traffic")
+	for {
+		live := r.tick(ctx)
+		now := time.Now()
+		allMeshed, at := r.allMeshed(live)
+		since := now.Sub(r.cniAt)
+		done := since >= r.cfg.Observe && (!expectMeshed || (allMeshed && now.Sub(at) >= r.cfg.Settle))
+		if done || since >= r.cfg.Observe+r.cfg.Timeout {
+			res := r.result(ctx, live, now)
+			r.setPhase("done")
+			return res, nil
+		}
+		if err := r.wait(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (r *runner) setPhase(p string) {
+	r.phase = p
+	r.logf("%s", p)
+	r.report(nil)
+}
+
+func (r *runner) wait(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		step := min(time.Second, time.Until(end))
+		if err := sleepCtx(ctx, step); err != nil {
+			return err
+		}
+		r.tick(ctx)
+	}
+	return nil
+}
+
+// waitInterval is how often the run polls the cluster and the node.
+const waitInterval = 200 * time.Millisecond
+
+// nodeLabel marks the run's node; the installer DaemonSet is pinned to it.
+const nodeLabel = "scenario.consul-cni-repair.test/run"
+
+func (r *runner) startNode(ctx context.Context) error {
+	idx, release, err := simnode.AllocSubnet()
+	if err != nil {
+		return err
+	}
+	r.onCleanup(release)
+	if r.root, err = simnode.NewRoot(r.e.Bins.CNIPlugins, r.e.Range, idx); err != nil {
+		return err
+	}
+	r.onCleanup(func() { os.RemoveAll(r.root) })
+	cfg := simnode.Config{
+		Name:       "race-" + r.id,
+		Client:     r.e.Cluster.Client,
+		RestConfig: r.e.Cluster.Config,
+		Root:       r.root,
+		Labels:     map[string]string{nodeLabel: r.id},
+		Programs: map[string]string{
+			"podprog":                  r.e.Bins.PodProg,
+			"consul-k8s-control-plane": r.e.Bins.PodProg,
+			"consul-dataplane":         r.e.Bins.PodProg,
+		},
+		Range:     r.e.Range,
+		PodSubnet: r.e.Range.Subnet4(idx, 24),
+		SyncRetry: 2 * time.Second,
+		Logf:      r.logf,
+	}
+	if r.e.Bins.Installer != "" {
+		cfg.Programs["consul-cni-installer"] = r.e.Bins.Installer
+	}
+	if r.e.Bins.Check != "" {
+		cfg.Programs["consul-cni-check"] = r.e.Bins.Check
+	}
+	if r.cfg.Mode == Prevention && !r.cfg.TaintByPolicy {
+		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	n, err := simnode.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	r.node = n
+	r.onCleanup(n.Stop)
+	return n.WaitReady(ctx)
+}
+
+// Deployment is the name of the injected Deployment.
+const Deployment = "web"
+
+// redirectConfig is what the consul-k8s webhook writes for a pod with
+// transparent proxy and the CNI plugin on (see consul-compat.md).
+const redirectConfig = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,` +
+	`"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,` +
+	`"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
+
+// InjectedPodTemplate is a pod as the consul-k8s connect-inject webhook
+// leaves it with transparent proxy and the CNI plugin: its markers, the
+// connect-init init container (UID 5996), the dataplane sidecar (UID 5995,
+// here a stand-in answering "proxy" on 15001 and 20000) and the app, a
+// prober of the external service.
+func InjectedPodTemplate(name, nodeName string, service string, interval time.Duration) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels: map[string]string{"app": name, annotations.KeyInjectStatus: annotations.InjectStatusInjected},
+			Annotations: map[string]string{
+				annotations.KeyInjectStatus:            annotations.InjectStatusInjected,
+				annotations.KeyTransparentProxyStatus:  annotations.TProxyStatusEnabled,
+				annotations.KeyRedirectTrafficConfig:   redirectConfig,
+				annotations.KeyDualStack:               "false",
+				"consul.hashicorp.com/connect-service": name,
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},
+			TerminationGracePeriodSeconds: ptr.To(int64(5)),
+			InitContainers: []corev1.Container{{
+				Name:            annotations.InitContainerName,
+				Image:           "hashicorp/consul-k8s-control-plane:1.6.2",
+				Command:         []string{"consul-k8s-control-plane", "connect-init"},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.InitUID)), RunAsGroup: ptr.To(int64(annotations.InitUID))},
+			}},
+			Containers: []corev1.Container{
+				{
+					Name:  ProberContainer,
+					Image: "example.com/race/podprog:1.0",
+					Args:  []string{"probe", "--target=" + service, "--interval=" + interval.String()},
+				},
+				{
+					Name:            "consul-dataplane",
+					Image:           "hashicorp/consul-dataplane:1.6.2",
+					Args:            []string{"proxy", "--outbound=15001", "--inbound=20000"},
+					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.ProxyUID)), RunAsGroup: ptr.To(int64(annotations.ProxyUID))},
+					ReadinessProbe: &corev1.Probe{
+						ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(20000)}},
+						PeriodSeconds: 2,
+					},
+				},
+			},
+		},
+	}
+}
+
+func (r *runner) deploy(ctx context.Context) error {
+	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: Deployment, Namespace: r.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(r.cfg.Pods)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": Deployment}},
+			Template: tmpl,
+		},
+	}
+	_, err := r.cs.AppsV1().Deployments(r.ns).Create(ctx, dep, metav1.CreateOptions{})
+	return err
+}
+
+func (r *runner) pods(ctx context.Context) ([]corev1.Pod, error) {
+	l, err := r.cs.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + Deployment})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+func (r *runner) waitRunning(ctx context.Context) error {
+	var last string
+	err := poll.Until(ctx, 3*time.Minute, waitInterval, func() (bool, error) {
+		pods, err := r.pods(ctx)
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		last = fmt.Sprintf("%d of %d running", running, r.cfg.Pods)
+		r.tick(ctx)
+		return running == r.cfg.Pods, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pods of %s/%s did not all run (%s): %w", r.ns, Deployment, last, err)
+	}
+	return nil
+}
+
+// ControlPod is the pod the no-repair run creates once the plugin is
+// chained.
+const ControlPod = "control"
+
+func (r *runner) createControl(ctx context.Context) error {
+	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	pod.Name, pod.Namespace = ControlPod, r.ns
+	_, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
+	return err
+}
+
+// applyCNIManifests applies the CNI part of the kustomize base: namespace,
+// the installer's RBAC and admission policy, and (withDaemonSet) the
+// installer DaemonSet, pinned to this run's node.
+func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
+	files := []string{"base/namespace.yaml", "base/cni/rbac.yaml", "base/cni/admission-policy.yaml"}
+	if withDaemonSet {
+		files = []string{"base/cni/daemonset.yaml"}
+	}
+	objs, err := readManifests(r.e.Manifests, files...)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			// Only this run's node (other tests may have nodes in the
+			// same control plane); everything else as the manifest says.
+			if ds.Spec.Template.Spec.NodeSelector == nil {
+				ds.Spec.Template.Spec.NodeSelector = map[string]string{}
+			}
+			ds.Spec.Template.Spec.NodeSelector[nodeLabel] = r.id
+			r.ds = true
+			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
+			r.onCleanup(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
+		}
+	}
+	return apply(ctx, r.cs, objs)
+}
+
+func (r *runner) deleteDaemonSet(ns, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	// Let the node finalize the installer pod before it stops.
+	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
+		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
+		return err == nil && len(l.Items) == 0, nil
+	})
+	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
+		_, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// nodeBoundToken is a token of the installer's ServiceAccount bound to this
+// run's Node object: like the installer's pod-bound token it names the node
+// (extra authentication.kubernetes.io/node-name), which the plugin's
+// admission policy requires.
+func (r *runner) nodeBoundToken(ctx context.Context) (string, error) {
+	node, err := r.cs.CoreV1().Nodes().Get(ctx, r.node.Name(), metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	tr, err := r.cs.CoreV1().ServiceAccounts("consul-cni-repair").CreateToken(ctx, "consul-cni", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To(int64(3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for service account consul-cni-repair/consul-cni bound to node %s: %w", node.Name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// chainDirectly does what the installer does, from the test: copy the
+// plugin, write its kubeconfig (the installer's service account, through
+// the node's API endpoint) and append it to the node's conflist.
+func (r *runner) chainDirectly(ctx context.Context) error {
+	if err := r.applyCNIManifests(ctx, false); err != nil {
+		return err
+	}
+	if err := simnode.CopyExecutable(r.e.Bins.ConsulCNI, filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
+		return err
+	}
+	tok, err := r.nodeBoundToken(ctx)
+	if err != nil {
+		return err
+	}
+	kc := &rest.Config{Host: r.node.APIServer(), BearerToken: tok,
+		TLSClientConfig: rest.TLSClientConfig{CAData: r.e.Cluster.CAData, ServerName: "127.0.0.1"}}
+	if err := cluster.WriteKubeconfig(filepath.Join(r.node.ConfDir(), cniconf.KubeconfigFileName), kc, "consul-cni"); err != nil {
+		return err
+	}
+	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var conf map[string]any
+	if err := json.Unmarshal(b, &conf); err != nil {
+		return err
+	}
+	conf["plugins"] = append(conf["plugins"].([]any), struct {
+		Type string `json:"type"`
+		cniconf.Settings
+		StateDir string `json:"state_dir"`
+	}{
+		Type: cniconf.PluginType,
+		Settings: cniconf.Settings{LogLevel: "info", Kubeconfig: cniconf.KubeconfigFileName,
+			CNIBinDir: r.node.BinDir(), CNINetDir: r.node.ConfDir()},
+		StateDir: filepath.Join(r.root, "var", "run", "consul-cni"),
+	})
+	out, _ := json.MarshalIndent(conf, "", "  ")
+	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(file+".tmp", file)
+}
+
+// chained reports whether the node's network (as a sandbox created now
+// would get it) has consul-cni, with the binary in place.
+func (r *runner) chained() (bool, error) {
+	if _, err := os.Stat(filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
+		return false, nil
+	}
+	files, _ := filepath.Glob(filepath.Join(r.node.ConfDir(), "*.conflist"))
+	sort.Strings(files)
+	if len(files) == 0 {
+		return false, nil
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		return false, nil
+	}
+	var conf struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if json.Unmarshal(b, &conf) != nil {
+		return false, nil
+	}
+	for _, p := range conf.Plugins {
+		if p.Type == "consul-cni" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (r *runner) chainString() string {
+	files, _ := filepath.Glob(filepath.Join(r.node.ConfDir(), "*.conflist"))
+	sort.Strings(files)
+	if len(files) == 0 {
+		return ""
+	}
+	b, _ := os.ReadFile(files[0])
+	var conf struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	_ = json.Unmarshal(b, &conf)
+	var t []string
+	for _, p := range conf.Plugins {
+		t = append(t, p.Type)
+	}
+	return strings.Join(t, " -> ")
+}
+
+// startController runs the repair controller as a process with the admin
+// kubeconfig (node readiness on, defaults otherwise).
+func (r *runner) startController(ctx context.Context) error {
+	port, err := testnet.FreePort()
+	if err != nil {
+		return err
+	}
+	r.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	args := []string{
+		"--kubeconfig=" + r.e.Cluster.Kubeconfig,
+		"--leader-elect=false",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
+		"--health-probe-bind-address=0",
+		"--min-pod-age=" + r.cfg.MinPodAge.String(),
+	}
+	if r.cfg.Mode == SandboxRecreated {
+		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
+	}
+	args = append(args, r.cfg.RepairArgs...)
+	logFile := filepath.Join(r.dir, "repair.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command(r.e.Bins.Repair, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	p, err := proc.Start(cmd, "")
+	if err != nil {
+		return err
+	}
+	r.controller = p
+	r.onCleanup(func() {
+		p.Stop(10 * time.Second)
+		if b, err := os.ReadFile(logFile); err == nil {
+			r.logf("repair controller log:\n%s", tail(string(b), 40))
+		}
+	})
+	r.logf("repair controller started: %s %s", r.e.Bins.Repair, strings.Join(args, " "))
+	return poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
+		select {
+		case <-p.Done():
+			b, _ := os.ReadFile(logFile)
+			return false, fmt.Errorf("repair controller exited: %v\n%s", p.Err(), tail(string(b), 30))
+		default:
+		}
+		resp, err := http.Get(r.metrics)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// installerLogs returns the end of the installer containers' output on
+// the node, for error messages.
+func (r *runner) installerLogs() string {
+	files, _ := r.node.LogFiles()
+	var b strings.Builder
+	for _, f := range files {
+		if f.Namespace != "consul-cni-repair" {
+			continue
+		}
+		out, _ := os.ReadFile(f.Path)
+		fmt.Fprintf(&b, "\n--- %s/%s %s #%d:\n%s", f.Namespace, f.Pod, f.Container, f.Instance, tail(string(out), 15))
+	}
+	return b.String()
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// actions reads the controller's successful repairs from its metrics.
+func (r *runner) actions() int { return r.actionsFor("") }
+
+// actionsFor reads the controller's successful repairs with reason (any
+// reason when empty) from its metrics.
+func (r *runner) actionsFor(reason string) int {
+	if r.metrics == "" {
+		return 0
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(r.metrics)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "consul_cni_repair_pods_repaired_total{") {
+			continue
+		}
+		if !strings.Contains(l, `result="success"`) || !strings.Contains(l, `dry_run="false"`) {
+			continue
+		}
+		if reason != "" && !strings.Contains(l, `reason="`+reason+`"`) {
+			continue
+		}
+		if i := strings.LastIndexByte(l, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+				total += v
+			}
+		}
+	}
+	return int(total)
+}
+
+// tick reads the probers' output and the pods, and reports progress.
+func (r *runner) tick(ctx context.Context) []*podTrack {
+	if r.tr == nil {
+		return nil
+	}
+	r.tr.readLogs()
+	pods, err := r.pods(ctx)
+	if err != nil {
+		return nil
+	}
+	live := r.tr.observe(pods)
+	r.report(live)
+	return live
+}
+
+func (r *runner) allMeshed(live []*podTrack) (bool, time.Time) {
+	if len(live) != r.cfg.Pods {
+		return false, time.Time{}
+	}
+	var at time.Time
+	for _, p := range live {
+		if p.MeshedSince.IsZero() || !p.fresh(time.Now(), 5*time.Second) {
+			return false, time.Time{}
+		}
+		if p.MeshedSince.After(at) {
+			at = p.MeshedSince
+		}
+	}
+	return true, at
+}
+
+func (r *runner) counts(live []*podTrack) (meshed, bypassing, ever int) {
+	now := time.Now()
+	for _, p := range live {
+		if !p.fresh(now, 5*time.Second) {
+			continue
+		}
+		switch p.Last {
+		case resultMeshed:
+			meshed++
+		case resultBypass:
+			bypassing++
+		}
+	}
+	for _, p := range r.tr.pods {
+		if p.Bypass > 0 {
+			ever++
+		}
+	}
+	return
+}
+
+func (r *runner) report(live []*podTrack) {
+	if r.cfg.Progress == nil {
+		return
+	}
+	if live == nil {
+		live = r.live
+	}
+	r.live = live
+	pr := Progress{Mode: r.cfg.Mode, Phase: r.phase, Elapsed: time.Since(r.start), SinceCNI: -1, Pods: r.cfg.Pods, Live: len(live)}
+	if !r.cniAt.IsZero() {
+		pr.SinceCNI = time.Since(r.cniAt)
+	}
+	if r.tr != nil {
+		pr.Meshed, pr.Bypassing, pr.EverBypassed = r.counts(live)
+	}
+	pr.Actions = r.actions()
+	r.cfg.Progress(pr)
+}
+
+func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
+	res := &Result{Name: string(r.cfg.Mode), Pods: r.cfg.Pods, Actions: r.actions(),
+		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString()}
+	_, res.BypassingAtEnd, res.EverBypassed = r.counts(live)
+	if ok, at := r.allMeshed(live); ok {
+		s := at.Sub(r.cniAt).Seconds()
+		if s < 0 {
+			s = 0
+		}
+		s = float64(int(s*10+0.5)) / 10
+		res.SecondsToAllMeshed = &s
+	}
+	if c := r.tr.control; c != nil {
+		pr := PodResult{Name: c.Name, UID: string(c.UID), Meshed: c.Meshed, Bypass: c.Bypass, Errors: c.Errors}
+		res.Control = &pr
+	}
+	for _, p := range r.tr.pods {
+		pr := PodResult{Name: p.Name, UID: string(p.UID), Meshed: p.Meshed, Bypass: p.Bypass, Errors: p.Errors, Deleted: p.Deleted}
+		if p.IP.IsValid() {
+			pr.IP = p.IP.String()
+			pr.ExternalConnections = r.e.Connections(p.IP, r.start)
+		}
+		res.PodResults = append(res.PodResults, pr)
+	}
+	sort.Slice(res.PodResults, func(i, j int) bool { return res.PodResults[i].Name < res.PodResults[j].Name })
+	res.PodsSeen = len(res.PodResults)
+	return res
+}

@@ -1,0 +1,198 @@
+//go:build integration
+
+package scenario_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+// Small runs keep CI fast; the demo runs more pods.
+const pods = 3
+
+func run(t *testing.T, cfg scenario.Config) *scenario.Result {
+	t.Helper()
+	c := cluster.Shared(t)
+	env := scenario.NewEnv(t, c)
+	env.Logf = t.Logf
+	if err := env.Supports(cfg.Mode); err != nil {
+		t.Fatalf("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := scenario.Run(ctx, env, cfg)
+	if err != nil {
+		t.Fatalf("%s run: %v", cfg.Mode, err)
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	t.Logf("result:\n%s", b)
+	if res.Pods != cfg.Pods || len(res.PodResults) < cfg.Pods {
+		t.Fatalf("result has %d pods (%d records), want %d", res.Pods, len(res.PodResults), cfg.Pods)
+	}
+	if !strings.HasSuffix(res.Chain, "consul-cni") {
+		t.Fatalf("chain at the end %q does not end with consul-cni", res.Chain)
+	}
+	return res
+}
+
+// The race, reproduced: pods whose sandbox was made before consul-cni was
+// chained reach the external service directly, and keep doing so after the
+// plugin arrives; a pod created after that is meshed.
+func TestRaceNoRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NoRepair, Pods: pods, CNIDelay: 2 * time.Second, Observe: 10 * time.Second})
+	if res.EverBypassed != pods || res.BypassingAtEnd != pods {
+		t.Fatalf("ever bypassed %d, bypassing at end %d, want %d and %d", res.EverBypassed, res.BypassingAtEnd, pods, pods)
+	}
+	if res.SecondsToAllMeshed != nil {
+		t.Fatalf("seconds_to_all_meshed %v, want null", *res.SecondsToAllMeshed)
+	}
+	if res.Actions != 0 || res.PodsSeen != pods {
+		t.Fatalf("actions %d, pods seen %d: nothing should have replaced a pod", res.Actions, res.PodsSeen)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass == 0 || p.Meshed != 0 {
+			t.Errorf("pod %s: %d bypass, %d meshed results", p.Name, p.Bypass, p.Meshed)
+		}
+		// Second witness: the external service itself saw the pod.
+		if p.ExternalConnections < p.Bypass/2 || p.ExternalConnections == 0 {
+			t.Errorf("pod %s (%s): prober reported %d bypasses, the external service saw %d connections", p.Name, p.IP, p.Bypass, p.ExternalConnections)
+		}
+	}
+	if res.Control == nil || res.Control.Meshed == 0 || res.Control.Bypass != 0 {
+		t.Fatalf("control pod created after the plugin was chained: %+v (want meshed only)", res.Control)
+	}
+}
+
+// The same race with the test chaining the plugin itself (no installer):
+// the plugin alone, as the runtime calls it.
+func TestRaceNoRepairDirectChain(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NoRepair, Pods: 2, CNIDelay: time.Second, Observe: 8 * time.Second, DirectChain: true})
+	if res.EverBypassed != 2 || res.BypassingAtEnd != 2 || res.SecondsToAllMeshed != nil {
+		t.Fatalf("ever %d, at end %d, all meshed %v", res.EverBypassed, res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.Control == nil || res.Control.Meshed == 0 || res.Control.Bypass != 0 {
+		t.Fatalf("control pod: %+v", res.Control)
+	}
+}
+
+// With the repair controller, the pods that bypassed are evicted once the
+// node's CNI is ready and their replacements are meshed.
+func TestRaceRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.Repair, Pods: pods, CNIDelay: 2 * time.Second, Observe: 5 * time.Second, MinPodAge: 5 * time.Second})
+	if res.EverBypassed != pods {
+		t.Fatalf("ever bypassed %d, want %d (the pods ran before the plugin was chained)", res.EverBypassed, pods)
+	}
+	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("bypassing at end %d, seconds to all meshed %v: the controller did not repair", res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.Actions < pods || res.PodsSeen < 2*pods {
+		t.Fatalf("actions %d, pods seen %d: every bypassing pod should have been replaced", res.Actions, res.PodsSeen)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass > 0 && !p.Deleted {
+			t.Errorf("pod %s bypassed and is still there", p.Name)
+		}
+		if !p.Deleted && (p.Meshed == 0 || p.Bypass != 0) {
+			t.Errorf("replacement %s: %d meshed, %d bypass", p.Name, p.Meshed, p.Bypass)
+		}
+	}
+}
+
+// The prevention run: the node joins with the startup taint; the injected
+// Deployment waits (Pending) while the installer DaemonSet pod runs on the
+// node for real; the repair controller labels the node and removes the taint
+// once that pod is Ready; the pods then land, and not one connection of
+// theirs bypasses the proxy.
+func TestRacePrevention(t *testing.T) { testPrevention(t, false) }
+
+// The same with no change to the node: it registers with no taint, and the
+// MutatingAdmissionPolicy of components/node-startup-taint adds it.
+func TestRacePreventionByPolicy(t *testing.T) { testPrevention(t, true) }
+
+func testPrevention(t *testing.T, byPolicy bool) {
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &readinessWitness{cs: c.Client, scheduled: map[string]time.Time{}}
+	w.start(ctx, t)
+
+	res := run(t, scenario.Config{Mode: scenario.Prevention, TaintByPolicy: byPolicy, Pods: pods, CNIDelay: 3 * time.Second, Observe: 10 * time.Second})
+
+	// Ground truth by traffic: every pod meshed, never a bypass, and the
+	// external service never heard from any of them.
+	if res.EverBypassed != 0 || res.BypassingAtEnd != 0 {
+		t.Errorf("ever bypassed %d, bypassing at the end %d, want 0 and 0", res.EverBypassed, res.BypassingAtEnd)
+	}
+	if res.SecondsToAllMeshed == nil {
+		t.Errorf("the pods were not all meshed at the end")
+	}
+	for _, p := range res.PodResults {
+		if p.Meshed == 0 || p.Bypass != 0 || p.ExternalConnections != 0 {
+			t.Errorf("pod %s (%s): %d meshed, %d bypass results, %d connections seen by the external service", p.Name, p.IP, p.Meshed, p.Bypass, p.ExternalConnections)
+		}
+	}
+	// Nothing had to be repaired: no pod was replaced.
+	if res.Actions != 0 || res.PodsSeen != pods {
+		t.Errorf("repairs %d, pods seen %d: prevention should leave nothing to repair", res.Actions, res.PodsSeen)
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.node == "" || !w.tainted {
+		t.Errorf("the run's node (%q) was not seen registering with the startup taint", w.node)
+	}
+	if w.labelled.IsZero() || w.untainted.IsZero() {
+		t.Errorf("node %s: labelled at %v, taint removed at %v: the controller did not make it ready", w.node, w.labelled, w.untainted)
+	}
+	if len(w.scheduled) < pods {
+		t.Errorf("%d injected pods seen bound to the node, want %d", len(w.scheduled), pods)
+	}
+	for name, at := range w.scheduled {
+		if !w.untainted.IsZero() && at.Before(w.untainted) {
+			t.Errorf("pod %s was seen bound at %v, before the taint was seen removed at %v", name, at.Format(time.StampMilli), w.untainted.Format(time.StampMilli))
+		}
+	}
+	for _, v := range w.violations {
+		t.Error(v)
+	}
+	t.Logf("%d node events", w.events)
+	t.Logf("node %s: label at %s, taint removed at %s; pods bound: %v", w.node,
+		w.labelled.Format(time.StampMilli), w.untainted.Format(time.StampMilli), w.scheduled)
+}
+
+// A meshed pod whose sandbox is made again without consul-cni (a node
+// reboot) bypasses the proxy with its status still complete; the
+// controller finds it by cni-applied-at (sandbox_recreated), replaces it,
+// and the replacement is meshed. The other pods are never touched.
+func TestSandboxRecreatedRepair(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.SandboxRecreated, Pods: 2, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second})
+	v := res.Recreated
+	if v == nil {
+		t.Fatal("no record of the pod whose sandbox was recreated")
+	}
+	if v.Meshed == 0 || v.Bypass == 0 || !v.Deleted {
+		t.Fatalf("recreated pod %s: %d meshed, %d bypass results, deleted %v: want meshed, then bypassing, then replaced", v.Name, v.Meshed, v.Bypass, v.Deleted)
+	}
+	if v.ExternalConnections == 0 {
+		t.Errorf("recreated pod %s (%s): the external service never saw it bypass", v.Name, v.IP)
+	}
+	if res.RecreatedActions != 1 {
+		t.Fatalf("repairs with reason sandbox_recreated = %d, want 1", res.RecreatedActions)
+	}
+	if res.EverBypassed != 1 || res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("ever bypassed %d, bypassing at end %d, all meshed %v", res.EverBypassed, res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	for _, p := range res.PodResults {
+		if p.UID != v.UID && (p.Bypass != 0 || p.Meshed == 0) {
+			t.Errorf("pod %s: %d meshed, %d bypass results", p.Name, p.Meshed, p.Bypass)
+		}
+	}
+}

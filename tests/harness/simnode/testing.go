@@ -1,0 +1,146 @@
+package simnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
+)
+
+// TB is the part of testing.TB StartForTest uses.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	Logf(format string, args ...any)
+	Name() string
+}
+
+// Pod subnets: /24s 0..13 of the slot (14 holds the external services and
+// 15 the host links of tests/harness/testnet).
+const maxSubnets = 14
+
+var (
+	subnetMu   sync.Mutex
+	subnetUsed [maxSubnets]bool
+	nodeSeq    int
+)
+
+// AllocSubnet reserves a free pod subnet index of the slot, released by
+// the returned function.
+func AllocSubnet() (int, func(), error) {
+	subnetMu.Lock()
+	defer subnetMu.Unlock()
+	for i := range subnetUsed {
+		if !subnetUsed[i] {
+			subnetUsed[i] = true
+			return i, func() { subnetMu.Lock(); subnetUsed[i] = false; subnetMu.Unlock() }, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("all %d pod subnets of the address slot are in use", maxSubnets)
+}
+
+// NewRoot makes a node root directory readable by any user (containers
+// may run as non-root) with the primary network set up by SetupRoot.
+func NewRoot(pluginDir string, r *testnet.Range, subnet int) (string, error) {
+	proc.RemoveStale(filepath.Join(os.TempDir(), "ccr-node-*"))
+	root, err := os.MkdirTemp("", "ccr-node-")
+	if err != nil {
+		return "", err
+	}
+	if err := proc.MarkOwned(root); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		return "", err
+	}
+	return root, SetupRoot(root, pluginDir, r.Subnet4(subnet, 24))
+}
+
+// ManifestImages are the basenames of the images the manifests name; on
+// simulated nodes they run the commands of the same name built from this
+// tree (ProjectPrograms).
+var ManifestImages = []string{"consul-cni-installer", "consul-cni-check", "repair"}
+
+// ProjectPrograms builds the commands of ManifestImages that this tree has
+// (and consul-cni next to the installer, which copies it from there) and
+// returns them as Config.Programs entries.
+func ProjectPrograms(tb testbin.TB) map[string]string {
+	tb.Helper()
+	programs := map[string]string{}
+	for _, cmd := range ManifestImages {
+		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err == nil {
+			programs[cmd] = testbin.Project(tb, cmd)
+		}
+	}
+	if _, ok := programs["consul-cni-installer"]; ok {
+		testbin.Project(tb, "consul-cni")
+	}
+	return programs
+}
+
+// StartForTest starts a node for a test against the shared control plane:
+// a fresh root with the primary network (ptp + host-local, a /24 of the
+// test's address slot), podprog known as image "podprog", kubelet-like
+// defaults with short back-offs; edit the config with mod (may be nil).
+// The node is registered and Ready (its own taints still apply) when it
+// returns, and is stopped (pods
+// torn down, Node deleted, root removed) when the test ends.
+func StartForTest(tb TB, c *cluster.Cluster, r *testnet.Range, mod func(*Config)) *Node {
+	tb.Helper()
+	idx, release, err := AllocSubnet()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(release)
+	root, err := NewRoot(testbin.CNIPluginDir(tb), r, idx)
+	if err != nil {
+		tb.Fatalf("node root: %v", err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(root) })
+	subnetMu.Lock()
+	nodeSeq++
+	name := fmt.Sprintf("sim-s%d-%d-%d", r.Slot, os.Getpid()%100000, nodeSeq)
+	subnetMu.Unlock()
+	cfg := Config{
+		Name:              name,
+		Client:            c.Client,
+		RestConfig:        c.Config,
+		Root:              root,
+		Programs:          map[string]string{"podprog": testbin.Package(tb, "podprog", "./tests/cmd/podprog")},
+		Range:             r,
+		PodSubnet:         r.Subnet4(idx, 24),
+		RestartBackoff:    time.Second,
+		MaxRestartBackoff: 5 * time.Second,
+		SyncRetry:         2 * time.Second,
+		HeartbeatInterval: 5 * time.Second,
+		Logf:              func(f string, a ...any) { tb.Logf(f, a...) },
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("start node: %v", err)
+	}
+	var stopped bool
+	tb.Cleanup(func() {
+		if !stopped {
+			stopped = true
+			n.Stop()
+		}
+	})
+	if err := n.WaitReady(ctx); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return n
+}

@@ -1,0 +1,190 @@
+//go:build privileged
+
+package cnichain_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkref"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
+)
+
+// benchConfigs are the redirect configurations timed by BenchmarkADD: what
+// consul-k8s writes for a default pod, and 10 exclusions of each kind.
+var benchConfigs = []struct{ name, json string }{
+	{"default", `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`},
+	{"10-exclusions-each", tenOfEach()},
+}
+
+func tenOfEach() string {
+	var in, out, cidrs, uids []string
+	for i := 0; i < 10; i++ {
+		in = append(in, fmt.Sprintf(`"%d"`, 8000+i))
+		out = append(out, fmt.Sprintf(`"%d"`, 9000+i))
+		cidrs = append(cidrs, fmt.Sprintf(`"10.%d.0.0/16"`, 100+i))
+		uids = append(uids, fmt.Sprintf(`"%d"`, 6000+i))
+	}
+	return `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,` +
+		`"ExcludeInboundPorts":[` + strings.Join(in, ",") + `],"ExcludeOutboundPorts":[` + strings.Join(out, ",") + `],` +
+		`"ExcludeOutboundCIDRs":[` + strings.Join(cidrs, ",") + `],"ExcludeUIDs":[` + strings.Join(uids, ",") + `]}`
+}
+
+type benchRow struct {
+	config, impl  string
+	n, rules      int
+	median, p99   time.Duration
+	mean, minimum time.Duration
+}
+
+var (
+	benchMu   sync.Mutex
+	benchRows = map[string]benchRow{}
+)
+
+func stats(samples []time.Duration) (median, p99, mean, minimum time.Duration) {
+	s := append([]time.Duration(nil), samples...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	pick := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.999999) - 1
+		if i < 0 {
+			i = 0
+		}
+		return s[i]
+	}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	if len(s)%2 == 1 {
+		median = s[len(s)/2]
+	} else {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return median, pick(0.99), sum / time.Duration(len(s)), s[0]
+}
+
+// BenchmarkADD times CNI ADD of the consul-cni binary (Nomad path: the
+// configuration comes in CNI_ARGS, so no API call is timed) in a fresh
+// network namespace per iteration, against a baseline that applies the
+// same rules the way the consul-k8s plugin does through Consul's SDK: one
+// `iptables ...` exec per rule, started from a thread inside the netns (no
+// nsenter in between, so the baseline pays exactly one exec per rule, as
+// upstream does). Both use the node's iptables backend. It prints median and p99 wall time per ADD and
+// the ratio of the medians (target: ours <= 1/10 of the baseline).
+//
+//	make bench-cni   (go test -tags privileged -run '^$' -bench ADD -benchtime 100x ./tests/suites/cnichain)
+func BenchmarkADD(b *testing.B) {
+	r := testnet.Reserve(b)
+	plugin := testbin.Project(b, "consul-cni")
+	backend, why := redirect.Detector{}.Detect(context.Background())
+	stateDir := b.TempDir()
+	for _, c := range benchConfigs {
+		raw, err := annotations.DecodeRedirectTrafficConfig([]byte(c.json))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmds := sdkref.Commands(raw, false)
+		b.Run(c.name+"/consul-cni", func(b *testing.B) {
+			stdin := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"bench","type":"consul-cni","log_level":"error","state_dir":%q}`, stateDir)
+			samples := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				ns := benchNetns(b, r)
+				cmd := exec.Command(plugin)
+				cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=bench", "CNI_NETNS="+ns.Path,
+					"CNI_IFNAME=eth0", "CNI_PATH="+filepath.Dir(plugin), "CNI_ARGS=IgnoreUnknown=1;CONSUL_IPTABLES_CONFIG="+c.json)
+				cmd.Stdin = strings.NewReader(stdin)
+				start := time.Now()
+				out, err := cmd.CombinedOutput()
+				samples = append(samples, time.Since(start))
+				if err != nil {
+					b.Fatalf("consul-cni ADD: %v\n%s", err, out)
+				}
+				delNetns(b, ns)
+			}
+			record(b, c.name, "consul-cni", len(cmds), samples)
+		})
+		b.Run(c.name+"/baseline", func(b *testing.B) {
+			samples := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				ns := benchNetns(b, r)
+				start := time.Now()
+				err := redirect.InNetns(ns.Path, func() error {
+					for _, c := range cmds {
+						if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+							return fmt.Errorf("%v: %v\n%s", c, err, out)
+						}
+					}
+					return nil
+				})
+				samples = append(samples, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				delNetns(b, ns)
+			}
+			record(b, c.name, "baseline", len(cmds), samples)
+		})
+	}
+	printSummary(b, backend, why)
+}
+
+func benchNetns(b *testing.B, r *testnet.Range) *testnet.Netns {
+	b.StopTimer()
+	defer b.StartTimer()
+	return r.NewNetns(b, "bench")
+}
+
+func delNetns(b *testing.B, ns *testnet.Netns) {
+	b.StopTimer()
+	defer b.StartTimer()
+	exec.Command("ip", "netns", "del", ns.Name).Run()
+}
+
+func record(b *testing.B, config, impl string, rules int, samples []time.Duration) {
+	med, p99, mean, minimum := stats(samples)
+	b.ReportMetric(float64(med.Microseconds())/1000, "ms-median/ADD")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "ms-p99/ADD")
+	benchMu.Lock()
+	benchRows[config+"/"+impl] = benchRow{config: config, impl: impl, n: len(samples), rules: rules, median: med, p99: p99, mean: mean, minimum: minimum}
+	benchMu.Unlock()
+}
+
+func printSummary(b *testing.B, backend redirect.Backend, why string) {
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	ms := func(d time.Duration) string { return fmt.Sprintf("%8.1f ms", float64(d.Microseconds())/1000) }
+	fmt.Printf("\nconsul-cni ADD, fresh network namespace per ADD, iptables backend %s (%s)\n", backend, why)
+	fmt.Printf("%-20s %-11s %5s %6s %11s %11s %11s\n", "config", "impl", "rules", "ADDs", "median", "p99", "min")
+	for _, c := range benchConfigs {
+		for _, impl := range []string{"consul-cni", "baseline"} {
+			row, ok := benchRows[c.name+"/"+impl]
+			if !ok {
+				continue
+			}
+			fmt.Printf("%-20s %-11s %5d %6d %11s %11s %11s\n", row.config, row.impl, row.rules, row.n, ms(row.median), ms(row.p99), ms(row.minimum))
+		}
+		ours, ok1 := benchRows[c.name+"/consul-cni"]
+		base, ok2 := benchRows[c.name+"/baseline"]
+		if ok1 && ok2 && base.median > 0 {
+			ratio := float64(ours.median) / float64(base.median)
+			verdict := "meets"
+			if ratio > 0.1 {
+				verdict = "MISSES"
+			}
+			fmt.Printf("%-20s ratio of medians consul-cni/baseline = %.3f (1/%.1f): %s the target <= 0.100\n", c.name, ratio, 1/ratio, verdict)
+		}
+	}
+	fmt.Println()
+}

@@ -1,0 +1,81 @@
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+)
+
+// walkthroughMarker precedes, on a line of its own, each ```sh block of the
+// README that belongs to the local walkthrough.
+const walkthroughMarker = "<!-- local-walkthrough -->"
+
+// The namespace and app of docs/examples/local-cluster.
+const (
+	exampleNamespace = "example"
+	exampleApp       = "web"
+)
+
+// walkthroughBlocks returns the README's local-walkthrough blocks, in order.
+func walkthroughBlocks(readme []byte) ([]string, error) {
+	var blocks []string
+	sc := bufio.NewScanner(bytes.NewReader(readme))
+	line := 0
+	next := func() (string, bool) {
+		ok := sc.Scan()
+		line++
+		return sc.Text(), ok
+	}
+	for {
+		l, ok := next()
+		if !ok {
+			break
+		}
+		if strings.TrimSpace(l) != walkthroughMarker {
+			continue
+		}
+		at := line
+		if l, ok = next(); !ok || strings.TrimSpace(l) != "```sh" {
+			return nil, fmt.Errorf("README.md:%d: %s is not followed by a ```sh block", at, walkthroughMarker)
+		}
+		var b strings.Builder
+		for {
+			if l, ok = next(); !ok {
+				return nil, fmt.Errorf("README.md:%d: the block after %s never ends", at, walkthroughMarker)
+			}
+			if strings.TrimSpace(l) == "```" {
+				break
+			}
+			b.WriteString(l + "\n")
+		}
+		blocks = append(blocks, b.String())
+	}
+	return blocks, sc.Err()
+}
+
+func TestWalkthroughBlocksExtracted(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := walkthroughBlocks(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(blocks, "")
+	for _, want := range []string{"manifests/overlays/audit", "docs/examples/local-cluster", "bypass.sh", repair.EventWouldRepair, "manifests/base", repair.EventBypassedCNI} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the README's local walkthrough (%d blocks) never mentions %q", len(blocks), want)
+		}
+	}
+	if _, err := walkthroughBlocks([]byte(walkthroughMarker + "\n```\nls\n```\n")); err == nil {
+		t.Error("a marker before a block that is not ```sh was accepted")
+	}
+}
