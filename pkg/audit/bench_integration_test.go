@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,7 +42,7 @@ func benchAudit(b *testing.B, pods, nodes int) {
 		createNode(b, client, readyNode(fmt.Sprintf("%s-n%02d", ns, i)))
 	}
 	start := time.Now()
-	if err := parallel(pods, 32, func(i int) error {
+	if err := cluster.Parallel(pods, 32, func(i int) error {
 		p := injected(fmt.Sprintf("p-%05d", i), fmt.Sprintf("%s-n%02d", ns, i%nodes))
 		if i%10 == 0 {
 			initFailed(p)
@@ -76,29 +75,4 @@ func benchAudit(b *testing.B, pods, nodes int) {
 		fmt.Printf("repair audit of %d injected pods on %d nodes (%d outside the mesh): wall %.2f s, peak RSS %.1f MiB\n",
 			pods, nodes, pods/10, wall.Seconds(), rss)
 	}
-}
-
-// parallel runs f(0..n-1) on workers goroutines and returns the first error.
-func parallel(n, workers int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	work := make(chan int)
-	errs := make(chan error, n)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := f(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	return <-errs
 }

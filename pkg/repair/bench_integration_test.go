@@ -73,7 +73,7 @@ func BenchmarkRepairEvictionCeiling1000(b *testing.B) {
 		createPods(b, client, ns, node, n)
 		b.ResetTimer()
 		start := time.Now()
-		parallel(b, n, 16, func(i int) error {
+		parallelOrFatal(b, n, 16, func(i int) error {
 			return client.PolicyV1().Evictions(ns).Evict(context.Background(), &policyv1.Eviction{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: ns}})
 		})
@@ -231,37 +231,10 @@ func createPods(b *testing.B, client kubernetes.Interface, ns, node string, n in
 	if err != nil {
 		b.Fatal(err)
 	}
-	parallel(b, n, 32, func(i int) error {
+	parallelOrFatal(b, n, 32, func(i int) error {
 		_, err := client.CoreV1().Pods(ns).Create(context.Background(), benchPod(ns, fmt.Sprintf("p-%05d", i), node, owner), metav1.CreateOptions{})
 		return err
 	})
-}
-
-func parallel(b *testing.B, n, workers int, f func(i int) error) {
-	b.Helper()
-	var wg sync.WaitGroup
-	work := make(chan int)
-	errs := make(chan error, n)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := f(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
 }
 
 // brokenStatus is signal B as a merge patch of the status subresource.
@@ -348,7 +321,7 @@ func benchBurst(b *testing.B, n int) {
 		}
 		b.ResetTimer()
 		start := time.Now()
-		parallel(b, n, 64, func(i int) error {
+		parallelOrFatal(b, n, 64, func(i int) error {
 			broken[i] = time.Now()
 			_, err := client.CoreV1().Pods(ns).Patch(context.Background(), list[i].Name, types.MergePatchType, brokenStatus(), metav1.PatchOptions{}, "status")
 			return err
@@ -499,4 +472,11 @@ func saveURL(b *testing.B, url, path string) {
 	}
 	defer f.Close()
 	_, _ = io.Copy(f, resp.Body)
+}
+
+func parallelOrFatal(b *testing.B, n, workers int, f func(i int) error) {
+	b.Helper()
+	if err := cluster.Parallel(n, workers, f); err != nil {
+		b.Fatal(err)
+	}
 }
