@@ -391,16 +391,7 @@ func TestIntegrationNodeReadiness(t *testing.T) {
 	node := createNode(t, c, false, corev1.Taint{Key: annotations.TaintCNINotReady, Effect: corev1.TaintEffectNoSchedule}, other)
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.NodeReadiness = true })
 
-	zero := int64(0)
-	cni, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni-x", Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &zero,
-			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:  []corev1.Container{{Name: "installer", Image: "registry.invalid/consul-cni:1"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cni := cniPodOn(t, c, ns, node, false)
 	time.Sleep(time.Second)
 	n, _ := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	if n.Labels[annotations.LabelCNIReady] == "ready" || len(n.Spec.Taints) != 2 {
