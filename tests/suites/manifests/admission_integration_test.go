@@ -11,7 +11,6 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,20 +52,7 @@ func TestInstallerAdmissionPolicyEnforced(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Client.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
 	}
-	var ds appsv1.DaemonSet
-	decodeStrict(t, find(t, objs, "DaemonSet", installerName), &ds)
-	inst := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: installerName + "-vap-" + suffix, Namespace: namespace, Labels: ds.Spec.Template.Labels},
-		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
-	}
-	inst.Spec.NodeName = nodeA
-	inst, err := c.Client.CoreV1().Pods(namespace).Create(ctx, inst, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Client.CoreV1().Pods(namespace).Delete(context.Background(), inst.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-	})
+	inst := createInstallerPod(t, c, objs, installerName+"-vap-"+suffix, nodeA)
 
 	// The plugin's credentials: a token of the installer's ServiceAccount
 	// bound to that pod, as kubelet projects it.

@@ -31,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -278,20 +279,7 @@ func TestControllerUnderManifests(t *testing.T) {
 
 			// The installer pod on that node, Ready (what the exec probe
 			// reports on a real node).
-			var ds appsv1.DaemonSet
-			decodeStrict(t, find(t, objs, "DaemonSet", installerName), &ds)
-			inst := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: installerName + "-" + ov, Namespace: namespace, Labels: ds.Spec.Template.Labels},
-				Spec:       *ds.Spec.Template.Spec.DeepCopy(),
-			}
-			inst.Spec.NodeName = nodeName
-			inst, err := c.Client.CoreV1().Pods(namespace).Create(ctx, inst, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = c.Client.CoreV1().Pods(namespace).Delete(context.Background(), inst.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-			})
+			inst := createInstallerPod(t, c, objs, installerName+"-"+ov, nodeName)
 			if err := setRunning(ctx, c.Client, inst, "198.18.255.1", true); err != nil {
 				t.Fatal(err)
 			}
@@ -302,7 +290,7 @@ func TestControllerUnderManifests(t *testing.T) {
 			ns := c.Namespace(t)
 			app := map[string]string{"app": "web"}
 			tmplMeta := injectedMeta(app)
-			_, err = c.Client.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+			_, err := c.Client.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
 				ObjectMeta: metav1.ObjectMeta{Name: "web"},
 				Spec: appsv1.ReplicaSetSpec{
 					Replicas: ptr(int32(10)),
@@ -631,4 +619,25 @@ func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string,
 			t.Errorf("%s{reason=%s} is not exported", repair.MetricSkipped, r)
 		}
 	}
+}
+
+// createInstallerPod creates, bound to node, a pod of the installer
+// DaemonSet's template as the overlay objs ships it, deleted at cleanup.
+func createInstallerPod(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured, name, node string) *corev1.Pod {
+	t.Helper()
+	var ds appsv1.DaemonSet
+	decodeStrict(t, find(t, objs, "DaemonSet", installerName), &ds)
+	inst := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: ds.Spec.Template.Labels},
+		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+	}
+	inst.Spec.NodeName = node
+	inst, err := c.Client.CoreV1().Pods(namespace).Create(context.Background(), inst, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Pods(namespace).Delete(context.Background(), inst.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+	return inst
 }
