@@ -167,6 +167,61 @@ func (n *Node) createSandbox(ctx context.Context, pod *corev1.Pod) (*sandbox, er
 	return sb, nil
 }
 
+// SandboxTry is the outcome of TrySandbox.
+type SandboxTry struct {
+	// Plugins are the plugin types of the network the sandbox got, in
+	// chain order (read from the node's configuration at ADD).
+	Plugins []string
+	// Err is the ADD's error (nil: the sandbox was created).
+	Err error
+}
+
+// Chained tells whether the sandbox was created with plugin last in its
+// chain.
+func (s SandboxTry) Chained(plugin string) bool {
+	return s.Err == nil && len(s.Plugins) > 0 && s.Plugins[len(s.Plugins)-1] == plugin
+}
+
+// TrySandbox creates a sandbox for pod exactly as the node does when it
+// starts the pod (the network read from the node's configuration now,
+// loopback and that network's ADD through libcni with containerd's
+// CNI_ARGS) and tears it down at once, without running containers. It
+// shows which chain a sandbox created at this moment would get.
+func (n *Node) TrySandbox(ctx context.Context, pod *corev1.Pod) SandboxTry {
+	sb, err := n.createSandbox(ctx, pod)
+	if err != nil {
+		var try SandboxTry
+		if network, lerr := loadNetwork(confDir(n.cfg.Root)); lerr == nil {
+			try.Plugins = pluginTypes(network)
+		}
+		try.Err = err
+		return try
+	}
+	try := SandboxTry{Plugins: pluginTypes(sb.network)}
+	if err := n.destroySandbox(context.WithoutCancel(ctx), pod, sb); err != nil {
+		n.cfg.Logf("simnode %s: %v", n.cfg.Name, err)
+	}
+	return try
+}
+
+func pluginTypes(l *libcni.NetworkConfigList) []string {
+	var out []string
+	for _, p := range l.Plugins {
+		out = append(out, p.Network.Type)
+	}
+	return out
+}
+
+// NetworkPlugins returns the plugin types, in chain order, of the network
+// a sandbox created now would get.
+func (n *Node) NetworkPlugins() ([]string, error) {
+	l, err := loadNetwork(confDir(n.cfg.Root))
+	if err != nil {
+		return nil, err
+	}
+	return pluginTypes(l), nil
+}
+
 // destroySandbox runs CNI DEL for the node's network and the loopback and
 // removes the namespace.
 // DEL errors are returned after the namespace is gone, as containerd

@@ -54,10 +54,39 @@ func imageBase(image string) string {
 	return image
 }
 
+// imageTag returns the tag of an image reference ("" when it has none):
+// "registry:5000/org/podprog:1.0@sha256:..." -> "1.0".
+func imageTag(image string) string {
+	if i := strings.IndexByte(image, '@'); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndexByte(image, '/'); i >= 0 {
+		image = image[i+1:]
+	}
+	if i := strings.IndexByte(image, ':'); i >= 0 {
+		return image[i+1:]
+	}
+	return ""
+}
+
+// program returns the executable the node runs for an image: the
+// Programs entry "<basename>:<tag>" when there is one (two versions of a
+// command side by side, as in a rolling update), else "<basename>".
+func (n *Node) program(image string) (string, bool) {
+	base := imageBase(image)
+	if tag := imageTag(image); tag != "" {
+		if exe, ok := n.cfg.Programs[base+":"+tag]; ok {
+			return exe, true
+		}
+	}
+	exe, ok := n.cfg.Programs[base]
+	return exe, ok
+}
+
 // argv returns the process to run for a container: the program the node
 // knows for its image (command[0] replaced by it), or the idle command.
 func (n *Node) argv(c *corev1.Container, init bool, expand func(string) string) []string {
-	exe, ok := n.cfg.Programs[imageBase(c.Image)]
+	exe, ok := n.program(c.Image)
 	if !ok {
 		if init {
 			return append([]string(nil), n.cfg.InitIdleCommand...)

@@ -69,7 +69,8 @@ type Config struct {
 	// Taints the node registers with (for example the startup taint).
 	Taints []corev1.Taint
 	// Programs maps an image repository basename to the executable run for
-	// containers of that image; other images run IdleCommand.
+	// containers of that image; other images run IdleCommand. A key
+	// "<basename>:<tag>" takes precedence for images with that tag.
 	Programs map[string]string
 	// Range names the node's pod network namespaces after the test
 	// process's address slot, so leftovers of a killed run are cleaned

@@ -48,7 +48,7 @@ func (w *podWorker) startProbes(ctx context.Context, pod *corev1.Pod, c *contain
 		}
 		var oks, fails int32
 		for {
-			err := w.probeOnce(ctx, p, timeout, env, rb, cred, ns, podIP, c.spec.Ports)
+			err := w.probeOnce(ctx, p, timeout, env, rb, cred, ns, podIP, &c.spec)
 			if ctx.Err() != nil {
 				return
 			}
@@ -93,13 +93,18 @@ func (w *podWorker) startProbes(ctx context.Context, pod *corev1.Pod, c *contain
 // probeOnce runs a probe: exec (the command run like the container's,
 // inside the pod's namespace as its user), tcpSocket or httpGet (from the
 // node, to the pod IP).
-func (w *podWorker) probeOnce(ctx context.Context, p *corev1.Probe, timeout time.Duration, env []string, rb *rebaser, cred *syscall.Credential, ns, podIP string, ports []corev1.ContainerPort) error {
+func (w *podWorker) probeOnce(ctx context.Context, p *corev1.Probe, timeout time.Duration, env []string, rb *rebaser, cred *syscall.Credential, ns, podIP string, spec *corev1.Container) error {
+	ports := spec.Ports
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	switch {
 	case p.Exec != nil && len(p.Exec.Command) > 0:
 		argv := append([]string(nil), p.Exec.Command...)
-		if exe, ok := w.n.cfg.Programs[baseName(argv[0])]; ok {
+		// The command of the container's own image is the program the
+		// node runs for that image (its tag's, when it has one).
+		if exe, ok := w.n.program(spec.Image); ok && baseName(argv[0]) == imageBase(spec.Image) {
+			argv[0] = exe
+		} else if exe, ok := w.n.cfg.Programs[baseName(argv[0])]; ok {
 			argv[0] = exe
 		}
 		for i := 1; i < len(argv); i++ {

@@ -21,6 +21,21 @@ func TestImageBase(t *testing.T) {
 	}
 }
 
+func TestProgramByTag(t *testing.T) {
+	n := &Node{cfg: Config{Programs: map[string]string{"installer": "/any", "installer:v2": "/v2"}}}
+	for image, want := range map[string]string{
+		"registry.example/installer:v1":          "/any",
+		"registry.example/installer:v2":          "/v2",
+		"registry.example/installer":             "/any",
+		"registry.example/installer:v2@sha256:0": "/v2",
+		"registry.example/other:v2":              "",
+	} {
+		if got, _ := n.program(image); got != want {
+			t.Errorf("program(%q) = %q, want %q", image, got, want)
+		}
+	}
+}
+
 func TestExpandVars(t *testing.T) {
 	vars := map[string]string{"A": "1", "POD": "web"}
 	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
