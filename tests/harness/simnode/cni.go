@@ -174,6 +174,8 @@ type SandboxTry struct {
 	Plugins []string
 	// Err is the ADD's error (nil: the sandbox was created).
 	Err error
+	// InspectErr is what the inspect function of TrySandbox returned.
+	InspectErr error
 }
 
 // Chained tells whether the sandbox was created with plugin last in its
@@ -186,8 +188,10 @@ func (s SandboxTry) Chained(plugin string) bool {
 // starts the pod (the network read from the node's configuration now,
 // loopback and that network's ADD through libcni with containerd's
 // CNI_ARGS) and tears it down at once, without running containers. It
-// shows which chain a sandbox created at this moment would get.
-func (n *Node) TrySandbox(ctx context.Context, pod *corev1.Pod) SandboxTry {
+// shows which chain a sandbox created at this moment would get; inspect
+// (may be nil) is called with the network namespace's path before the
+// teardown, to look at what the chain did there.
+func (n *Node) TrySandbox(ctx context.Context, pod *corev1.Pod, inspect func(netns string) error) SandboxTry {
 	sb, err := n.createSandbox(ctx, pod)
 	if err != nil {
 		var try SandboxTry
@@ -198,6 +202,9 @@ func (n *Node) TrySandbox(ctx context.Context, pod *corev1.Pod) SandboxTry {
 		return try
 	}
 	try := SandboxTry{Plugins: pluginTypes(sb.network)}
+	if inspect != nil {
+		try.InspectErr = inspect(sb.netnsPath)
+	}
 	if err := n.destroySandbox(context.WithoutCancel(ctx), pod, sb); err != nil {
 		n.cfg.Logf("simnode %s: %v", n.cfg.Name, err)
 	}

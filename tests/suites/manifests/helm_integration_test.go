@@ -116,6 +116,12 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		"consul-cni-installer": testbin.Project(t, "consul-cni-installer"),
 		"repair":               testbin.Project(t, "repair"),
 	}
+	// The installer image of each appVersion runs its own build, stamped
+	// with that version and shipping a plugin of that version.
+	versions := versionedInstallers(t, "v0.1.0", "v0.2.0")
+	for _, vi := range versions {
+		programs["consul-cni-installer:"+vi.version] = vi.installer
+	}
 	node := simnode.StartForTest(t, c, testnet.Reserve(t), func(cfg *simnode.Config) {
 		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 		for k, v := range programs {
@@ -134,14 +140,32 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	checkRelease(t, helm.list(t, ns), "1", "consul-cni-repair-0.1.0", "v0.1.0")
 
 	// upgrade to a second chart version whose appVersion (the images' tag)
-	// is new: both workloads roll, the node keeps its readiness.
+	// is new: both workloads roll, the node keeps its readiness. The
+	// DaemonSet (maxSurge 1) starts the v0.2.0 installer beside the v0.1.0
+	// one and deletes the old one once the new one is Ready; the sampler
+	// watches the node label, the taint and both installers every 100 ms
+	// through it, and 3 s more with the new one alone.
 	pkgDir := t.TempDir()
 	helm.run(t, "package", chartDir(t), "--version", "0.2.0", "--app-version", "v0.2.0", "-d", pkgDir)
 	start = time.Now()
+	sampler := sampleOverlap(c, ns, node, versions)
 	helm.run(t, "upgrade", "ccr", filepath.Join(pkgDir, "consul-cni-repair-0.2.0.tgz"), "-n", ns, "-f", profile, "--wait", "--timeout", "8m")
 	holder = waitRollout(t, c, ns, node.Name(), "v0.2.0", holder)
+	time.Sleep(3 * time.Second)
+	sampler.finish(t)
 	t.Logf("helm upgrade to v0.2.0 -> both workloads rolled, controller leading (%s): %v", holder, time.Since(start).Round(100*time.Millisecond))
 	checkRelease(t, helm.list(t, ns), "2", "consul-cni-repair-0.2.0", "v0.2.0")
+	writes := installerWrites(t, node, ns)
+	t.Logf("passes that wrote (binary, chain entry) per installer pod, over its whole life: %v", writes)
+	if len(writes) != 2 {
+		t.Errorf("installer pods with logs on the node: %v, want the v0.1.0 and the v0.2.0 one", writes)
+	}
+	for pod, w := range writes {
+		if w[0] > 1 || w[1] > 1 {
+			t.Errorf("installer pod %s wrote the binary %d times and the entry %d times, want at most once each", pod, w[0], w[1])
+		}
+	}
+	checkNewerRemains(t, node, versions[1])
 
 	// uninstall: the pre-delete hook switches the installer to removers and
 	// completes once the node is clean; then every object of the release,

@@ -14,7 +14,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
@@ -46,10 +45,7 @@ func TestRepairOnlyBesideConsulK8sCNI(t *testing.T) {
 			continue
 		}
 		if o.GetKind() == "Deployment" { // pods count as broken 5 s after their sandbox exists
-			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-			ct := cs[0].(map[string]any)
-			ct["args"] = append(ct["args"].([]any), "--min-pod-age=5s")
-			_ = unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
+			addContainerArgs(t, o, "--min-pod-age=5s")
 		}
 		if _, err := a.apply(ctx, o, false); err != nil {
 			t.Fatal(err)
