@@ -106,6 +106,10 @@ func TestMigrationFromConsulK8sOnSimulatedNode(t *testing.T) {
 		len(gaps), gaps[0], gaps[len(gaps)/2], gaps[len(gaps)-1], sandboxLoops, total)
 	t.Logf("sandboxes that would run outside the mesh (created without consul-cni, or with it but not redirected): %d of %d (target 0)",
 		total.unchained+total.notRedirected, total.chained+total.notRedirected+total.unchained+total.failed)
+	if b, err := os.ReadFile(node.CNILog()); err == nil {
+		t.Logf("CNI calls (ADD or DEL) in which the plugin found no kubeconfig and took the node for uninstalled (node's CNI log): %d",
+			strings.Count(string(b), "consul-cni is uninstalled from this node"))
+	}
 	if total.chained == 0 {
 		t.Errorf("no sandbox was created with consul-cni in its chain during the %d trials: the loop did not run", migrationTrials)
 	}
