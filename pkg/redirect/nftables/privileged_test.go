@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -145,5 +146,37 @@ func TestApplyFailsClosed(t *testing.T) {
 	}
 	if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
 		t.Fatalf("table left after a failed Apply: present=%v err=%v", ok, err)
+	}
+}
+
+// TestFindIptablesRules sees the iptables rules of either variant, and
+// nothing in a fresh namespace or beside our own table.
+func TestFindIptablesRules(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	cfg := cases[0].config(t)
+	fresh := r.NewNetns(t, "nf")
+	if err := nftables.Apply(ctx, fresh.Path, nftables.Build(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nftables.FindIptablesRules(ctx, fresh.Path); err != nil || got.Any() {
+		t.Fatalf("fresh namespace: %+v, %v", got, err)
+	}
+	for _, b := range []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy} {
+		ns := r.NewNetns(t, "ipt")
+		ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}
+		if err := redirect.Apply(ctx, ex, redirect.Build(cfg)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := nftables.FindIptablesRules(ctx, ns.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (nftables.IptablesRules{NFT: b == redirect.BackendNFT, Legacy: b == redirect.BackendLegacy}); got != want {
+			t.Errorf("%s: found %+v, want %+v", b, got, want)
+		}
+	}
+	if got, err := nftables.FindIptablesRules(ctx, "/run/netns/ccr-does-not-exist"); err != nil || got.Any() {
+		t.Fatalf("missing namespace: %+v, %v", got, err)
 	}
 }
