@@ -300,3 +300,18 @@ func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
 			chain, names(g), names(w)))
 	}
 }
+
+// Netlink is the backend as a value: its methods are the package's
+// functions, so a caller can hold it behind an interface and tests can put
+// an in-memory double (nftablestest.Fake) in its place.
+type Netlink struct{}
+
+func (Netlink) Apply(ctx context.Context, nsPath string, t Table) error { return Apply(ctx, nsPath, t) }
+func (Netlink) Check(ctx context.Context, nsPath string, t Table) error { return Check(ctx, nsPath, t) }
+func (Netlink) Remove(ctx context.Context, nsPath string) error         { return Remove(ctx, nsPath) }
+func (Netlink) Present(ctx context.Context, nsPath string) (bool, error) {
+	return Present(ctx, nsPath)
+}
+func (Netlink) FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
+	return FindIptablesRules(ctx, nsPath)
+}
