@@ -18,6 +18,7 @@ type Nftables interface {
 	Remove(ctx context.Context, nsPath string) error
 	Present(ctx context.Context, nsPath string) (bool, error)
 	FindIptablesRules(ctx context.Context, nsPath string) (nftables.IptablesRules, error)
+	ApplyUnlessIptables(ctx context.Context, nsPath string, t nftables.Table) (nftables.IptablesRules, error)
 }
 
 // rules applies, checks and removes one target's rules in one pod
@@ -49,10 +50,15 @@ func (r *rules) executor(ctx context.Context, b *redirect.Backend) (redirect.Exe
 
 func (r *rules) apply(ctx context.Context, tg *target) error {
 	if r.conf.nftables() {
-		if err := r.removeIptables(ctx); err != nil {
+		t := nftables.Build(tg.cfg)
+		found, err := r.p.Nftables.ApplyUnlessIptables(ctx, r.netns, t)
+		if err != nil || !found.Any() {
+			return err
+		}
+		if err := r.removeFound(ctx, found); err != nil {
 			return fmt.Errorf("removing the iptables backend's rules: %w", err)
 		}
-		return r.p.Nftables.Apply(ctx, r.netns, nftables.Build(tg.cfg))
+		return r.p.Nftables.Apply(ctx, r.netns, t)
 	}
 	ex, err := r.executor(ctx, nil)
 	if err != nil {
@@ -129,6 +135,11 @@ func (r *rules) removeIptables(ctx context.Context) error {
 	if err != nil || !found.Any() {
 		return err
 	}
+	return r.removeFound(ctx, found)
+}
+
+// removeFound runs the iptables removal for each variant found.
+func (r *rules) removeFound(ctx context.Context, found nftables.IptablesRules) error {
 	var errs []error
 	for _, v := range []struct {
 		present bool

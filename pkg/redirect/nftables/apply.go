@@ -59,6 +59,31 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 		return err
 	}
 	defer closeConn()
+	return apply(c, nsPath, t)
+}
+
+// ApplyUnlessIptables is FindIptablesRules followed, on the same netlink
+// connection, by Apply when nothing was found. When iptables rules of ours
+// may be in the namespace it applies nothing and returns what it found, so
+// the caller can remove them (with the iptables tools) and then Apply. A new
+// pod sandbox has none, so its ADD opens one connection.
+func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesRules, error) {
+	if err := ctx.Err(); err != nil {
+		return IptablesRules{}, err
+	}
+	c, closeConn, err := conn(nsPath)
+	if err != nil {
+		return IptablesRules{}, err
+	}
+	defer closeConn()
+	found, err := findIptables(c, nsPath)
+	if err != nil || found.Any() {
+		return found, err
+	}
+	return found, apply(c, nsPath, t)
+}
+
+func apply(c *gnft.Conn, nsPath string, t Table) error {
 	present, err := exists(c)
 	if err != nil {
 		return fmt.Errorf("netns %s: %w", nsPath, err)
@@ -335,4 +360,7 @@ func (Netlink) Present(ctx context.Context, nsPath string) (bool, error) {
 }
 func (Netlink) FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
 	return FindIptablesRules(ctx, nsPath)
+}
+func (Netlink) ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesRules, error) {
+	return ApplyUnlessIptables(ctx, nsPath, t)
 }

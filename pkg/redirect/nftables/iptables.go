@@ -47,6 +47,11 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 		return found, err
 	}
 	defer closeConn()
+	return findIptables(c, nsPath)
+}
+
+func findIptables(c *gnft.Conn, nsPath string) (IptablesRules, error) {
+	var found IptablesRules
 	for _, fam := range []gnft.TableFamily{gnft.TableFamilyIPv4, gnft.TableFamilyIPv6} {
 		chains, err := c.ListChainsOfTableFamily(fam)
 		if err != nil {
@@ -56,6 +61,7 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 			found.NFT = found.NFT || (ch.Table != nil && ch.Table.Name == redirect.Table && redirect.IsOurChain(ch.Name))
 		}
 	}
+	var err error
 	found.Legacy, err = legacyNat(nsPath)
 	return found, err
 }
@@ -69,9 +75,13 @@ func legacyNat(nsPath string) (bool, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// The thread stays locked: it exits with the goroutine, so a
-		// failure to switch back can never leak into other goroutines.
 		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			done <- result{err: fmt.Errorf("netns: the thread's own namespace: %w", err)}
+			return
+		}
+		defer orig.Close()
 		target, err := netns.GetFromPath(nsPath)
 		if err != nil {
 			done <- result{err: fmt.Errorf("netns %s: %w", nsPath, err)}
@@ -82,20 +92,32 @@ func legacyNat(nsPath string) (bool, error) {
 			done <- result{err: fmt.Errorf("netns %s: entering: %w", nsPath, err)}
 			return
 		}
-		for _, f := range []string{"/proc/thread-self/net/ip_tables_names", "/proc/thread-self/net/ip6_tables_names"} {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				continue // module not loaded: no table
-			}
-			for _, name := range bytes.Fields(b) {
-				if string(name) == redirect.Table {
-					done <- result{ok: true}
-					return
-				}
-			}
+		ok := hasNatTable()
+		// Back to the thread's own namespace, and the thread back to the
+		// runtime; if that fails the goroutine ends locked, and the runtime
+		// discards the thread instead of reusing it in the wrong namespace.
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
 		}
-		done <- result{}
+		done <- result{ok: ok}
 	}()
 	r := <-done
 	return r.ok, r.err
+}
+
+// hasNatTable reads the x_tables table lists of the calling thread's
+// namespace.
+func hasNatTable() bool {
+	for _, f := range []string{"/proc/thread-self/net/ip_tables_names", "/proc/thread-self/net/ip6_tables_names"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // module not loaded: no table
+		}
+		for _, name := range bytes.Fields(b) {
+			if string(name) == redirect.Table {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -156,7 +156,10 @@ func TestFindIptablesRules(t *testing.T) {
 	ctx := context.Background()
 	cfg := cases[0].config(t)
 	fresh := r.NewNetns(t, "nf")
-	if err := nftables.Apply(ctx, fresh.Path, nftables.Build(cfg)); err != nil {
+	if got, err := nftables.ApplyUnlessIptables(ctx, fresh.Path, nftables.Build(cfg)); err != nil || got.Any() {
+		t.Fatalf("ApplyUnlessIptables in a fresh namespace: %+v, %v", got, err)
+	}
+	if err := nftables.Check(ctx, fresh.Path, nftables.Build(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := nftables.FindIptablesRules(ctx, fresh.Path); err != nil || got.Any() {
@@ -174,6 +177,13 @@ func TestFindIptablesRules(t *testing.T) {
 		}
 		if want := (nftables.IptablesRules{NFT: b == redirect.BackendNFT, Legacy: b == redirect.BackendLegacy}); got != want {
 			t.Errorf("%s: found %+v, want %+v", b, got, want)
+		}
+		// ApplyUnlessIptables reports them and applies nothing.
+		if got, err := nftables.ApplyUnlessIptables(ctx, ns.Path, nftables.Build(cfg)); err != nil || got == (nftables.IptablesRules{}) {
+			t.Errorf("%s: ApplyUnlessIptables = %+v, %v", b, got, err)
+		}
+		if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
+			t.Errorf("%s: table applied beside iptables rules: %v, %v", b, ok, err)
 		}
 	}
 	if got, err := nftables.FindIptablesRules(ctx, "/run/netns/ccr-does-not-exist"); err != nil || got.Any() {

@@ -72,3 +72,11 @@ func (f *Fake) FindIptablesRules(context.Context, string) (nftables.IptablesRule
 	defer f.mu.Unlock()
 	return f.Iptables, nil
 }
+
+// ApplyUnlessIptables reports Iptables when it has any, else applies.
+func (f *Fake) ApplyUnlessIptables(ctx context.Context, nsPath string, t nftables.Table) (nftables.IptablesRules, error) {
+	if found, _ := f.FindIptablesRules(ctx, nsPath); found.Any() {
+		return found, nil
+	}
+	return nftables.IptablesRules{}, f.Apply(ctx, nsPath, t)
+}
