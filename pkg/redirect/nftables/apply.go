@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -20,22 +21,59 @@ var hooks = map[string]*gnft.ChainHook{"output": gnft.ChainHookOutput, "prerouti
 // exist (any more).
 var ErrNoNetNS = errors.New("network namespace does not exist")
 
-// conn opens a netlink connection to nf_tables inside the namespace. The
-// returned close function closes both the socket and the namespace file.
-func conn(nsPath string) (*gnft.Conn, func(), error) {
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// conn opens a netlink connection to nf_tables inside the namespace and
+// says whether the namespace has an x_tables nat table (see IptablesRules).
+// Both are done on the calling goroutine's own thread, switched into the
+// namespace and back (no extra thread, no handoff); the socket stays bound
+// to the namespace, so the netlink work that follows runs unlocked.
+func conn(nsPath string) (c *gnft.Conn, legacyNat bool, closeConn func(), err error) {
+	err = enter(nsPath, func() error {
+		if c, err = gnft.New(gnft.AsLasting()); err != nil {
+			return fmt.Errorf("netns %s: netlink: %w", nsPath, err)
+		}
+		legacyNat = hasNatTable()
+		return nil
+	})
+	if err != nil {
+		if c != nil {
+			_ = c.CloseLasting()
+		}
+		return nil, false, nil, err
+	}
+	return c, legacyNat, func() { _ = c.CloseLasting() }, nil
+}
+
+// enter runs fn on the calling goroutine's thread switched into the network
+// namespace at nsPath, then switches back. If switching back fails the
+// goroutine stays locked to the thread (the runtime then never hands the
+// thread to other goroutines, and discards it when this goroutine ends)
+// and enter returns an error.
+func enter(nsPath string, fn func() error) error {
+	target, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return nil, nil, fmt.Errorf("netns %s: %w", nsPath, ErrNoNetNS)
+			return fmt.Errorf("netns %s: %w", nsPath, ErrNoNetNS)
 		}
-		return nil, nil, fmt.Errorf("netns %s: %w", nsPath, &os.PathError{Op: "open", Path: nsPath, Err: err})
+		return fmt.Errorf("netns %s: %w", nsPath, &os.PathError{Op: "open", Path: nsPath, Err: err})
 	}
-	c, err := gnft.New(gnft.WithNetNSFd(fd), gnft.AsLasting())
+	defer unix.Close(target)
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("netns %s: netlink: %w", nsPath, err)
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns: opening this thread's namespace: %w", err)
 	}
-	return c, func() { _ = c.CloseLasting(); unix.Close(fd) }, nil
+	defer unix.Close(orig)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns %s: entering: %w", nsPath, err)
+	}
+	ferr := fn()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		return errors.Join(ferr, fmt.Errorf("netns %s: switching back: %w", nsPath, err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }
 
 // Apply replaces the table in the network namespace at nsPath with t, in
@@ -54,7 +92,7 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, closeConn, err := conn(nsPath)
+	c, _, closeConn, err := conn(nsPath)
 	if err != nil {
 		return err
 	}
@@ -71,12 +109,12 @@ func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesR
 	if err := ctx.Err(); err != nil {
 		return IptablesRules{}, err
 	}
-	c, closeConn, err := conn(nsPath)
+	c, legacyNat, closeConn, err := conn(nsPath)
 	if err != nil {
 		return IptablesRules{}, err
 	}
 	defer closeConn()
-	found, err := findIptables(c, nsPath)
+	found, err := findIptables(c, nsPath, legacyNat)
 	if err != nil || found.Any() {
 		return found, err
 	}
@@ -134,7 +172,7 @@ func Remove(ctx context.Context, nsPath string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, closeConn, err := conn(nsPath)
+	c, _, closeConn, err := conn(nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return nil
 	}
@@ -182,7 +220,7 @@ func Present(ctx context.Context, nsPath string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	c, closeConn, err := conn(nsPath)
+	c, _, closeConn, err := conn(nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return false, nil
 	}
@@ -212,7 +250,7 @@ func Check(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, closeConn, err := conn(nsPath)
+	c, _, closeConn, err := conn(nsPath)
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	gnft "github.com/google/nftables"
-	"github.com/vishvananda/netns"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
@@ -39,7 +37,7 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 	if err := ctx.Err(); err != nil {
 		return found, err
 	}
-	c, closeConn, err := conn(nsPath)
+	c, legacyNat, closeConn, err := conn(nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return found, nil
 	}
@@ -47,11 +45,11 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 		return found, err
 	}
 	defer closeConn()
-	return findIptables(c, nsPath)
+	return findIptables(c, nsPath, legacyNat)
 }
 
-func findIptables(c *gnft.Conn, nsPath string) (IptablesRules, error) {
-	var found IptablesRules
+func findIptables(c *gnft.Conn, nsPath string, legacyNat bool) (IptablesRules, error) {
+	found := IptablesRules{Legacy: legacyNat}
 	for _, fam := range []gnft.TableFamily{gnft.TableFamilyIPv4, gnft.TableFamilyIPv6} {
 		chains, err := c.ListChainsOfTableFamily(fam)
 		if err != nil {
@@ -61,48 +59,7 @@ func findIptables(c *gnft.Conn, nsPath string) (IptablesRules, error) {
 			found.NFT = found.NFT || (ch.Table != nil && ch.Table.Name == redirect.Table && redirect.IsOurChain(ch.Name))
 		}
 	}
-	var err error
-	found.Legacy, err = legacyNat(nsPath)
-	return found, err
-}
-
-// legacyNat reports whether the x_tables nat table (IPv4 or IPv6) exists in
-// the namespace.
-func legacyNat(nsPath string) (bool, error) {
-	type result struct {
-		ok  bool
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			done <- result{err: fmt.Errorf("netns: the thread's own namespace: %w", err)}
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(nsPath)
-		if err != nil {
-			done <- result{err: fmt.Errorf("netns %s: %w", nsPath, err)}
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			done <- result{err: fmt.Errorf("netns %s: entering: %w", nsPath, err)}
-			return
-		}
-		ok := hasNatTable()
-		// Back to the thread's own namespace, and the thread back to the
-		// runtime; if that fails the goroutine ends locked, and the runtime
-		// discards the thread instead of reusing it in the wrong namespace.
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- result{ok: ok}
-	}()
-	r := <-done
-	return r.ok, r.err
+	return found, nil
 }
 
 // hasNatTable reads the x_tables table lists of the calling thread's

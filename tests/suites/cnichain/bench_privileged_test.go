@@ -44,9 +44,12 @@ func tenOfEach() string {
 }
 
 type benchRow struct {
-	config, impl  string
-	n, rules      int
-	median, p99   time.Duration
+	config, impl string
+	n, rules     int
+	median, p99  time.Duration
+	// cpu is the median CPU time (user+sys) of the processes an ADD ran:
+	// unlike wall time it hardly depends on the machine's other load.
+	cpu           time.Duration
 	mean, minimum time.Duration
 }
 
@@ -106,7 +109,7 @@ func BenchmarkADD(b *testing.B) {
 		for _, impl := range benchImpls {
 			b.Run(c.name+"/"+impl.name, func(b *testing.B) {
 				env, stdin := impl.setup(b, c.json, stateDir)
-				samples := make([]time.Duration, 0, b.N)
+				samples, cpus := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 				for i := 0; i < b.N; i++ {
 					ns := benchNetns(b, r)
 					cmd := exec.Command(plugin)
@@ -120,31 +123,35 @@ func BenchmarkADD(b *testing.B) {
 					if err != nil {
 						b.Fatalf("consul-cni ADD (%s): %v\n%s", impl.name, err, out)
 					}
+					cpus = append(cpus, cpuOf(cmd))
 					delNetns(b, ns)
 				}
-				record(b, c.name, impl.name, len(cmds), samples)
+				record(b, c.name, impl.name, len(cmds), samples, cpus)
 			})
 		}
 		b.Run(c.name+"/baseline", func(b *testing.B) {
-			samples := make([]time.Duration, 0, b.N)
+			samples, cpus := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 			for i := 0; i < b.N; i++ {
 				ns := benchNetns(b, r)
+				var cpu time.Duration
 				start := time.Now()
 				err := redirect.InNetns(ns.Path, func() error {
 					for _, c := range cmds {
-						if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+						cmd := exec.Command(c[0], c[1:]...)
+						if out, err := cmd.CombinedOutput(); err != nil {
 							return fmt.Errorf("%v: %v\n%s", c, err, out)
 						}
+						cpu += cpuOf(cmd)
 					}
 					return nil
 				})
-				samples = append(samples, time.Since(start))
+				samples, cpus = append(samples, time.Since(start)), append(cpus, cpu)
 				if err != nil {
 					b.Fatal(err)
 				}
 				delNetns(b, ns)
 			}
-			record(b, c.name, "baseline", len(cmds), samples)
+			record(b, c.name, "baseline", len(cmds), samples, cpus)
 		})
 	}
 	printSummary(b, backend, why)
@@ -162,12 +169,19 @@ func delNetns(b *testing.B, ns *testnet.Netns) {
 	exec.Command("ip", "netns", "del", ns.Name).Run()
 }
 
-func record(b *testing.B, config, impl string, rules int, samples []time.Duration) {
+// cpuOf is the user+sys time of a finished command (its waited-for
+// children included).
+func cpuOf(cmd *exec.Cmd) time.Duration {
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+}
+
+func record(b *testing.B, config, impl string, rules int, samples, cpus []time.Duration) {
 	med, p99, mean, minimum := stats(samples)
+	cpu, _, _, _ := stats(cpus)
 	b.ReportMetric(float64(med.Microseconds())/1000, "ms-median/ADD")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "ms-p99/ADD")
 	benchMu.Lock()
-	benchRows[config+"/"+impl] = benchRow{config: config, impl: impl, n: len(samples), rules: rules, median: med, p99: p99, mean: mean, minimum: minimum}
+	benchRows[config+"/"+impl] = benchRow{config: config, impl: impl, n: len(samples), rules: rules, median: med, p99: p99, mean: mean, minimum: minimum, cpu: cpu}
 	benchMu.Unlock()
 }
 
@@ -176,7 +190,7 @@ func printSummary(b *testing.B, backend redirect.Backend, why string) {
 	defer benchMu.Unlock()
 	ms := func(d time.Duration) string { return fmt.Sprintf("%8.1f ms", float64(d.Microseconds())/1000) }
 	fmt.Printf("\nconsul-cni ADD, fresh network namespace per ADD; iptables tools: %s (%s)\n", backend, why)
-	fmt.Printf("%-20s %-13s %5s %6s %11s %11s %11s %9s\n", "config", "impl", "rules", "ADDs", "median", "p99", "min", "/baseline")
+	fmt.Printf("%-20s %-13s %5s %6s %11s %11s %11s %9s %11s %9s\n", "config", "impl", "rules", "ADDs", "median", "p99", "min", "/baseline", "cpu", "/baseline")
 	for _, c := range benchConfigs {
 		base, haveBase := benchRows[c.name+"/baseline"]
 		for _, impl := range append(implNames(), "baseline") {
@@ -184,11 +198,13 @@ func printSummary(b *testing.B, backend redirect.Backend, why string) {
 			if !ok {
 				continue
 			}
-			ratio := ""
-			if haveBase && base.median > 0 {
+			ratio, cpuRatio := "", ""
+			if haveBase && base.median > 0 && base.cpu > 0 {
 				ratio = fmt.Sprintf("%9.3f", float64(row.median)/float64(base.median))
+				cpuRatio = fmt.Sprintf("%9.3f", float64(row.cpu)/float64(base.cpu))
 			}
-			fmt.Printf("%-20s %-13s %5d %6d %11s %11s %11s %s\n", row.config, row.impl, row.rules, row.n, ms(row.median), ms(row.p99), ms(row.minimum), ratio)
+			fmt.Printf("%-20s %-13s %5d %6d %11s %11s %11s %s %11s %s\n", row.config, row.impl, row.rules, row.n,
+				ms(row.median), ms(row.p99), ms(row.minimum), ratio, ms(row.cpu), cpuRatio)
 		}
 		for _, impl := range []string{"iptables", "nftables"} {
 			ours, ok := benchRows[c.name+"/"+impl]
