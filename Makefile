@@ -195,7 +195,8 @@ fmt: toolchain
 bench: toolchain
 	$(GOTEST) -run '^$$' -bench . -benchmem ./pkg/...
 
-## bench-cni: consul-cni ADD in fresh netns vs one iptables exec per rule (root); prints median, p99, ratio
+## bench-cni: consul-cni ADD in fresh netns, iptables and nftables backends (with and without API calls to a
+## loopback stub), vs one iptables exec per rule (root); prints median, p99, CPU per ADD and ratios
 BENCH_CNI_ADDS ?= 100
 bench-cni: deps
 	$(GOTEST) -tags privileged -run '^$$' -bench '^BenchmarkADD$$' -benchtime $(BENCH_CNI_ADDS)x -timeout 60m ./tests/suites/cnichain
