@@ -23,8 +23,11 @@
 //
 // Each Rule carries its expressions (what the kernel stores) and its text as
 // `nft --guid list table inet consul_tproxy` prints it, so a test
-// can compare the kernel's listing with Table.String. Check compares the
-// kernel's expressions, not text.
+// can compare the kernel's listing with Table.String. (nft prints a UID that
+// has a name in the host's passwd file by name, e.g. "root" for 0, and a UID
+// of 2^31 or more as a negative number; the text keeps the number.) Check
+// compares the kernel's expressions, not text. Table.Script renders the same
+// table as `nft -f` input.
 //
 // Two details of the SDK are kept: chains are created in the SDK's order
 // (the order nft lists them), and excluded CIDRs of both families go into
