@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
@@ -86,5 +89,32 @@ func TestNftablesApplyFailureDoesNotComplete(t *testing.T) {
 	}
 	if s := e.status("web"); s != annotations.TProxyStatusWaiting {
 		t.Fatalf("status %q", s)
+	}
+}
+
+// With the nftables backend too, a failed `complete` patch removes the table
+// and fails ADD.
+func TestNftablesCompletePatchFailureRemovesTable(t *testing.T) {
+	e := newEnv(t, injectedPod("web", nil))
+	patches := 0
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		if patches > 1 {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
+		}
+		return false, nil, nil
+	})
+	ns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(ns, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := args(conflistEntry("1.0.0", `,"backend":"nftables"`), podArgs("web"))
+	a.Netns = ns
+	err := e.p.Add(a)
+	if err == nil || !strings.Contains(err.Error(), "rules applied but setting") {
+		t.Fatalf("error %v", err)
+	}
+	if got := e.nft.Table(ns); got != "" {
+		t.Fatalf("table left:\n%s", got)
 	}
 }
