@@ -97,8 +97,12 @@ func (r *rules) check(ctx context.Context, tg *target) error {
 	if err := redirect.Check(ctx, ex, tg.sets); err != nil {
 		return err
 	}
-	if ok, err := r.p.Nftables.Present(ctx, r.netns); err != nil || ok {
-		return errors.Join(err, fmt.Errorf("table inet %s of the nftables backend is present beside the iptables rules", nftables.TableName))
+	ok, err := r.p.Nftables.Present(ctx, r.netns)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return fmt.Errorf("table inet %s of the nftables backend is present beside the iptables rules", nftables.TableName)
 	}
 	return nil
 }
