@@ -47,7 +47,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins kubectl cni-bins test test-unit test-privileged test-integration \
-	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair bench-audit fuzz cluster demo \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
 all: build
@@ -195,10 +195,15 @@ fmt: toolchain
 bench: toolchain
 	$(GOTEST) -run '^$$' -bench . -benchmem ./pkg/...
 
-## bench-cni: consul-cni ADD in fresh netns vs one iptables exec per rule (root); prints median, p99, ratio
+## bench-cni: consul-cni ADD in fresh netns, iptables and nftables backends (with and without API calls to a
+## loopback stub), vs one iptables exec per rule (root); prints median, p99, CPU per ADD and ratios
 BENCH_CNI_ADDS ?= 100
 bench-cni: deps
 	$(GOTEST) -tags privileged -run '^$$' -bench '^BenchmarkADD$$' -benchtime $(BENCH_CNI_ADDS)x -timeout 60m ./tests/suites/cnichain
+
+## bench-startup: start-up of the consul-cni binary against an empty Go program (hyperfine): median, user, system
+bench-startup: deps build
+	GO=$(GO) ./hack/bench-startup.sh $(BIN)
 
 ## bench-repair: the repair controller against the local control plane, rate limit lifted:
 ## bursts of 100 and 1,000 pods turning broken (median/p99 s to eviction, actions/s) and RSS with 10,000 pods cached

@@ -19,6 +19,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables/nftablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 )
@@ -118,7 +119,7 @@ func TestAddStrandedNodeAgainstAPIServer(t *testing.T) {
 	}
 	fake := &redirecttest.Fake{}
 	var stdout, stderr bytes.Buffer
-	p := &Plugin{NewClient: NewKubeClient, Stdout: &stdout, Stderr: &stderr, RetryBase: time.Millisecond,
+	p := &Plugin{NewClient: NewKubeClient, Stdout: &stdout, Stderr: &stderr, RetryBase: time.Millisecond, Nftables: &nftablestest.Fake{},
 		NewExecutor: func(context.Context, *Config, string, *slog.Logger) (redirect.Executor, error) { return fake, nil }}
 	stdin := []byte(`{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc",` +
 		`"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}}`)
