@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkref"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -91,11 +90,7 @@ func BenchmarkADD(b *testing.B) {
 	backend, why := redirect.Detector{}.Detect(context.Background())
 	stateDir := b.TempDir()
 	for _, c := range benchConfigs {
-		raw, err := annotations.DecodeRedirectTrafficConfig([]byte(c.json))
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmds := sdkref.Commands(raw, false)
+		cmds := sdkoracle.One(b, c.json, false).Commands
 		b.Run(c.name+"/consul-cni", func(b *testing.B) {
 			stdin := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"bench","type":"consul-cni","log_level":"error","state_dir":%q}`, stateDir)
 			samples := make([]time.Duration, 0, b.N)
