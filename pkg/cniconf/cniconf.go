@@ -57,7 +57,36 @@ const (
 	KeyLogLevel          = "log_level"
 	KeyMultus            = "multus"
 	KeyExcludeNamespaces = "exclude_namespaces"
+	// KeyBackend selects how the plugin programs the redirect rules: one of
+	// Backends (absent: BackendIptables). Not to be confused with the
+	// plugin's iptables_backend, which picks the nft or legacy variant of
+	// the iptables tools when the backend is iptables.
+	KeyBackend = "backend"
 )
+
+// Values of the backend key.
+const (
+	// BackendIptables: the nat table's CONSUL_* chains through
+	// iptables-restore, as Consul's SDK up to v0.18 installs them.
+	BackendIptables = "iptables"
+	// BackendNftables: the table inet consul_tproxy over netlink, as
+	// Consul's SDK v0.19 installs it.
+	BackendNftables = "nftables"
+)
+
+// Backends are the values of the backend key.
+var Backends = []string{BackendIptables, BackendNftables}
+
+// BackendReason is the reason a backend value is refused.
+var BackendReason = "is not a redirect backend (want " + strings.Join(Backends, " or ") + ")"
+
+// ValidBackend checks a backend value to write: one of Backends.
+func ValidBackend(s string) error {
+	if slices.Contains(Backends, s) {
+		return nil
+	}
+	return fmt.Errorf("%q %s", s, BackendReason)
+}
 
 // LogLevels are the values of log_level (the plugin also takes them in
 // upper case, "warning" for warn and "none" for off; absent means info).

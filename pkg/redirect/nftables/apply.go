@@ -1,0 +1,302 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	gnft "github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+var table = &gnft.Table{Name: TableName, Family: gnft.TableFamilyINet}
+
+var hooks = map[string]*gnft.ChainHook{"output": gnft.ChainHookOutput, "prerouting": gnft.ChainHookPrerouting}
+
+// ErrNoNetNS wraps the error of opening a network namespace that does not
+// exist (any more).
+var ErrNoNetNS = errors.New("network namespace does not exist")
+
+// conn opens a netlink connection to nf_tables inside the namespace. The
+// returned close function closes both the socket and the namespace file.
+func conn(nsPath string) (*gnft.Conn, func(), error) {
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil, fmt.Errorf("netns %s: %w", nsPath, ErrNoNetNS)
+		}
+		return nil, nil, fmt.Errorf("netns %s: %w", nsPath, &os.PathError{Op: "open", Path: nsPath, Err: err})
+	}
+	c, err := gnft.New(gnft.WithNetNSFd(fd), gnft.AsLasting())
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("netns %s: netlink: %w", nsPath, err)
+	}
+	return c, func() { _ = c.CloseLasting(); unix.Close(fd) }, nil
+}
+
+// Apply replaces the table in the network namespace at nsPath with t: one
+// netlink transaction that adds, deletes and adds the table again, then
+// creates every chain and rule. The kernel applies all of it or nothing; if
+// it fails, Apply deletes whatever table of ours is there, so nothing of
+// ours is left in place (fail closed).
+func Apply(ctx context.Context, nsPath string, t Table) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, closeConn, err := conn(nsPath)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	queue(c, t)
+	if err := c.Flush(); err != nil {
+		err = fmt.Errorf("netns %s: applying table inet %s: %w", nsPath, TableName, err)
+		if rerr := remove(c); rerr != nil {
+			return fmt.Errorf("%w (and removing the table failed too, it may be left: %v)", err, rerr)
+		}
+		return fmt.Errorf("%w (no table of ours was left in place)", err)
+	}
+	return nil
+}
+
+// queue adds the messages of the whole transaction to the connection.
+func queue(c *gnft.Conn, t Table) {
+	c.AddTable(table)
+	c.DelTable(table)
+	c.AddTable(table)
+	chains := map[string]*gnft.Chain{}
+	for _, ch := range t.Chains {
+		gc := &gnft.Chain{Name: ch.Name, Table: table}
+		if ch.Hook != nil {
+			prio := gnft.ChainPriority(ch.Hook.Priority)
+			gc.Hooknum, gc.Priority, gc.Type = hooks[ch.Hook.Hook], &prio, gnft.ChainType(ch.Hook.Type)
+		}
+		chains[ch.Name] = c.AddChain(gc)
+	}
+	for _, r := range t.Rules {
+		c.AddRule(&gnft.Rule{Table: table, Chain: chains[r.Chain], Exprs: r.Exprs})
+	}
+}
+
+// Remove deletes the table from the network namespace at nsPath. A missing
+// namespace or a missing table is not an error: Remove is idempotent.
+func Remove(ctx context.Context, nsPath string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, closeConn, err := conn(nsPath)
+	if errors.Is(err, ErrNoNetNS) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if err := remove(c); err != nil {
+		return fmt.Errorf("netns %s: %w", nsPath, err)
+	}
+	return nil
+}
+
+func remove(c *gnft.Conn) error {
+	ok, err := exists(c)
+	if err != nil || !ok {
+		return err
+	}
+	c.DelTable(table)
+	if err := c.Flush(); err != nil {
+		if ok, lerr := exists(c); lerr == nil && !ok {
+			return nil // deleted meanwhile
+		}
+		return fmt.Errorf("deleting table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+func exists(c *gnft.Conn) (bool, error) {
+	tables, err := c.ListTablesOfFamily(gnft.TableFamilyINet)
+	if err != nil {
+		return false, fmt.Errorf("listing inet tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == TableName {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Present reports whether the network namespace at nsPath holds our table
+// (false, nil for a missing namespace).
+func Present(ctx context.Context, nsPath string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	c, closeConn, err := conn(nsPath)
+	if errors.Is(err, ErrNoNetNS) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer closeConn()
+	return exists(c)
+}
+
+// Drift lists every way the table in the kernel differs from the expected
+// one.
+type Drift struct {
+	Problems []string
+}
+
+func (d *Drift) Error() string {
+	return fmt.Sprintf("table inet %s differs from the expected Consul redirect rules: %s",
+		TableName, strings.Join(d.Problems, "; "))
+}
+
+// Check compares the table in the network namespace at nsPath with t and
+// returns nil when they are equal: the same chains (hooks, types,
+// priorities, no others), each with the same rules in the same order. It
+// returns a *Drift naming every difference, or the error of reading.
+func Check(ctx context.Context, nsPath string, t Table) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, closeConn, err := conn(nsPath)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	d := &Drift{}
+	if err := check(c, t, d); err != nil {
+		return fmt.Errorf("netns %s: %w", nsPath, err)
+	}
+	if len(d.Problems) == 0 {
+		return nil
+	}
+	return d
+}
+
+func check(c *gnft.Conn, t Table, d *Drift) error {
+	ok, err := exists(c)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		d.Problems = append(d.Problems, "table inet "+TableName+" is missing")
+		return nil
+	}
+	all, err := c.ListChainsOfTableFamily(gnft.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("listing inet chains: %w", err)
+	}
+	have := map[string]*gnft.Chain{}
+	for _, ch := range all {
+		if ch.Table != nil && ch.Table.Name == TableName {
+			have[ch.Name] = ch
+		}
+	}
+	for _, want := range t.Chains {
+		got, ok := have[want.Name]
+		if !ok {
+			d.Problems = append(d.Problems, "chain "+want.Name+" is missing")
+			continue
+		}
+		delete(have, want.Name)
+		checkHook(d, want, got)
+		rules, err := c.GetRules(table, got)
+		if err != nil {
+			return fmt.Errorf("listing rules of chain %s: %w", want.Name, err)
+		}
+		compareRules(d, want.Name, t.ChainRules(want.Name), rules)
+	}
+	for _, ch := range all {
+		if _, extra := have[ch.Name]; extra {
+			d.Problems = append(d.Problems, "unexpected chain "+ch.Name)
+		}
+	}
+	return nil
+}
+
+var hookNames = map[gnft.ChainHook]string{*gnft.ChainHookOutput: "output", *gnft.ChainHookPrerouting: "prerouting"}
+
+func checkHook(d *Drift, want Chain, got *gnft.Chain) {
+	describe := func(typ, hook string, prio int64) string {
+		return fmt.Sprintf("type %s hook %s priority %d", typ, hook, prio)
+	}
+	w, g := "regular chain", "regular chain"
+	if want.Hook != nil {
+		w = describe(want.Hook.Type, want.Hook.Hook, int64(want.Hook.Priority))
+	}
+	if got.Hooknum != nil {
+		name, ok := hookNames[*got.Hooknum]
+		if !ok {
+			name = fmt.Sprintf("hook(%d)", *got.Hooknum)
+		}
+		var prio int64
+		if got.Priority != nil {
+			prio = int64(*got.Priority)
+		}
+		g = describe(string(got.Type), name, prio)
+	}
+	if w != g {
+		d.Problems = append(d.Problems, fmt.Sprintf("chain %s is %s, want %s", want.Name, g, w))
+	}
+	if got.Policy != nil && *got.Policy != gnft.ChainPolicyAccept {
+		d.Problems = append(d.Problems, fmt.Sprintf("chain %s has policy %d, want accept", want.Name, *got.Policy))
+	}
+}
+
+// compareRules reports how the rules of one chain in the kernel differ from
+// the expected ones: missing rules, unexpected rules, or (same rules) the
+// wrong order. Rules compare by their expressions.
+func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
+	w := make([]string, len(want))
+	text := map[string]string{}
+	for i, r := range want {
+		w[i] = DescribeRule(r.Exprs)
+		text[w[i]] = r.Text
+	}
+	g := make([]string, len(got))
+	for i, r := range got {
+		g[i] = DescribeRule(r.Exprs)
+	}
+	if slices.Equal(w, g) {
+		return
+	}
+	count := map[string]int{}
+	for _, s := range g {
+		count[s]++
+	}
+	missing, extra := 0, 0
+	for _, s := range w {
+		if count[s] > 0 {
+			count[s]--
+			continue
+		}
+		missing++
+		d.Problems = append(d.Problems, fmt.Sprintf("rule missing in %s: %s", chain, text[s]))
+	}
+	for _, s := range g {
+		if count[s] > 0 {
+			count[s]--
+			extra++
+			d.Problems = append(d.Problems, fmt.Sprintf("unexpected rule in %s: %s", chain, s))
+		}
+	}
+	if missing == 0 && extra == 0 {
+		names := func(list []string) string {
+			out := make([]string, len(list))
+			for i, s := range list {
+				out[i] = text[s]
+			}
+			return strings.Join(out, " | ")
+		}
+		d.Problems = append(d.Problems, fmt.Sprintf("rules of %s are out of order: have [%s], want [%s]",
+			chain, names(g), names(w)))
+	}
+}

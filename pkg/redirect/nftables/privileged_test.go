@@ -1,0 +1,182 @@
+//go:build privileged
+
+package nftables_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
+)
+
+func nftList(t *testing.T, ns *testnet.Netns) string {
+	t.Helper()
+	return ns.Run(t, "nft", "--guid", "list", "table", "inet", nftables.TableName)
+}
+
+// TestRealTables applies every case in a fresh namespace and checks that the
+// kernel lists exactly the table's text, that nft compiling that text gives
+// the same expressions (Check against the namespace nft filled), and that a
+// second Apply converges to the same table.
+func TestRealTables(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("nft not installed (make deps)")
+	}
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tbl := nftables.Build(c.config(t))
+			ours := r.NewNetns(t, "nf")
+			if err := nftables.Apply(ctx, ours.Path, tbl); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := nftList(t, ours), tbl.String(); got != want {
+				t.Fatalf("nft lists\n%s\nwant\n%s", got, want)
+			}
+			if err := nftables.Check(ctx, ours.Path, tbl); err != nil {
+				t.Fatal(err)
+			}
+			if err := nftables.Apply(ctx, ours.Path, tbl); err != nil {
+				t.Fatal(err)
+			}
+			if err := nftables.Check(ctx, ours.Path, tbl); err != nil {
+				t.Fatalf("after a second Apply: %v", err)
+			}
+			byNft := r.NewNetns(t, "nfs")
+			cmd := byNft.Command(-1, "nft", "-f", "-")
+			cmd.Stdin = strings.NewReader(tbl.Script())
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("nft -f: %v: %s\n%s", err, out, tbl.Script())
+			}
+			if err := nftables.Check(ctx, byNft.Path, tbl); err != nil {
+				t.Fatalf("nft compiles the rules differently: %v", err)
+			}
+		})
+	}
+}
+
+// TestCheckReportsEveryDifference changes the table behind our back and
+// expects each change among the problems.
+func TestCheckReportsEveryDifference(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	tbl := nftables.Build(cases[0].config(t))
+	ns := r.NewNetns(t, "nf")
+	if err := nftables.Apply(ctx, ns.Path, tbl); err != nil {
+		t.Fatal(err)
+	}
+	ns.Run(t, "nft", "add", "rule", "inet", nftables.TableName, "CONSUL_PROXY_OUTPUT", "tcp", "dport", "1234", "return")
+	ns.Run(t, "nft", "flush", "chain", "inet", nftables.TableName, "CONSUL_PROXY_IN_REDIRECT")
+	ns.Run(t, "nft", "add", "chain", "inet", nftables.TableName, "EXTRA")
+	err := nftables.Check(ctx, ns.Path, tbl)
+	var d *nftables.Drift
+	if !errors.As(err, &d) {
+		t.Fatalf("Check = %v, want a *Drift", err)
+	}
+	for _, want := range []string{"unexpected rule in CONSUL_PROXY_OUTPUT", "rule missing in CONSUL_PROXY_IN_REDIRECT: meta l4proto tcp redirect to :20000", "unexpected chain EXTRA"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("drift %q lacks %q", err, want)
+		}
+	}
+	if len(d.Problems) != 3 {
+		t.Errorf("%d problems, want 3: %q", len(d.Problems), d.Problems)
+	}
+	// Rules in another order.
+	if err := nftables.Apply(ctx, ns.Path, tbl); err != nil {
+		t.Fatal(err)
+	}
+	ns.Run(t, "nft", "delete", "table", "inet", nftables.TableName)
+	if err := nftables.Check(ctx, ns.Path, tbl); err == nil || !strings.Contains(err.Error(), "table inet consul_tproxy is missing") {
+		t.Fatalf("Check without a table = %v", err)
+	}
+}
+
+// TestRemove deletes the table, is idempotent, and never fails for a
+// missing namespace; Apply into a missing namespace fails naming it.
+func TestRemove(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	ns := r.NewNetns(t, "nf")
+	tbl := nftables.Build(cases[0].config(t))
+	if err := nftables.Apply(ctx, ns.Path, tbl); err != nil {
+		t.Fatal(err)
+	}
+	ns.Run(t, "nft", "add", "table", "inet", "other")
+	for i := 0; i < 2; i++ {
+		if err := nftables.Remove(ctx, ns.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
+		t.Fatalf("Present after Remove = %v, %v", ok, err)
+	}
+	if out := ns.Run(t, "nft", "list", "tables"); !strings.Contains(out, "table inet other") {
+		t.Fatalf("Remove touched another table: %q", out)
+	}
+	if err := nftables.Remove(ctx, "/run/netns/ccr-does-not-exist"); err != nil {
+		t.Fatalf("Remove in a missing netns: %v", err)
+	}
+	err := nftables.Apply(ctx, "/run/netns/ccr-does-not-exist", tbl)
+	if !errors.Is(err, nftables.ErrNoNetNS) || !strings.Contains(err.Error(), "ccr-does-not-exist") {
+		t.Fatalf("Apply in a missing netns = %v", err)
+	}
+}
+
+// TestApplyFailsClosed makes the kernel reject the batch (a rule jumping to a
+// chain that does not exist) over an existing table: Apply fails, and no
+// table of ours is left.
+func TestApplyFailsClosed(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	ns := r.NewNetns(t, "nf")
+	good := nftables.Build(cases[0].config(t))
+	if err := nftables.Apply(ctx, ns.Path, good); err != nil {
+		t.Fatal(err)
+	}
+	bad := nftables.Build(cases[0].config(t))
+	bad.Rules = append(bad.Rules, nftables.JumpRule(nftables.ChainNATOutput, "NO_SUCH_CHAIN"))
+	if err := nftables.Apply(ctx, ns.Path, bad); err == nil {
+		t.Fatal("Apply of a bad table succeeded")
+	}
+	if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
+		t.Fatalf("table left after a failed Apply: present=%v err=%v", ok, err)
+	}
+}
+
+// TestFindIptablesRules sees the iptables rules of either variant, and
+// nothing in a fresh namespace or beside our own table.
+func TestFindIptablesRules(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	cfg := cases[0].config(t)
+	fresh := r.NewNetns(t, "nf")
+	if err := nftables.Apply(ctx, fresh.Path, nftables.Build(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nftables.FindIptablesRules(ctx, fresh.Path); err != nil || got.Any() {
+		t.Fatalf("fresh namespace: %+v, %v", got, err)
+	}
+	for _, b := range []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy} {
+		ns := r.NewNetns(t, "ipt")
+		ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}
+		if err := redirect.Apply(ctx, ex, redirect.Build(cfg)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := nftables.FindIptablesRules(ctx, ns.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (nftables.IptablesRules{NFT: b == redirect.BackendNFT, Legacy: b == redirect.BackendLegacy}); got != want {
+			t.Errorf("%s: found %+v, want %+v", b, got, want)
+		}
+	}
+	if got, err := nftables.FindIptablesRules(ctx, "/run/netns/ccr-does-not-exist"); err != nil || got.Any() {
+		t.Fatalf("missing namespace: %+v, %v", got, err)
+	}
+}
