@@ -11,7 +11,9 @@ package sdkcorpus_test
 import (
 	"flag"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,10 +24,17 @@ import (
 )
 
 var (
-	corpusN       = flag.Int("corpus.n", 2000, "number of generated configurations")
+	corpusN       = flag.Int("corpus.n", envInt("CCR_CORPUS_N", 2000), "number of generated configurations (default $CCR_CORPUS_N, else 2000)")
 	corpusSeed    = flag.Uint64("corpus.seed", sdkoracle.DefaultSeed, "seed of the generated configurations")
 	corpusWorkers = flag.Int("corpus.workers", 4, "configurations applied in parallel (each worker owns a pair of namespaces)")
 )
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
 
 // Outcomes of one configuration.
 const (
