@@ -52,6 +52,9 @@ type options struct {
 	// ExcludeNamespaces is the plugin's exclude_namespaces (unset: the
 	// plugin's default, kube-system).
 	ExcludeNamespaces []string
+	// Backend is the plugin's backend (empty: the plugin's default,
+	// iptables).
+	Backend string
 	// Namespace, DaemonSet and Timeout of uninstall-all.
 	Namespace, DaemonSet string
 	Timeout              time.Duration
@@ -70,6 +73,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "", "serve Prometheus metrics on this address (for example :9090); empty disables")
 	fs.BoolVar(&o.ExpectInstalled, "expect-installed", false, "uninstall: fail when nothing of consul-cni was found on the node")
 	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", nil, "the plugin's exclude_namespaces: namespaces whose pods it passes through without any API call (unset: the plugin's default, kube-system)")
+	fs.StringVar(&o.Backend, "backend", "", "the plugin's backend (backend in the chain entry): "+strings.Join(cniconf.Backends, " or ")+
+		"; empty leaves the key out (the plugin's default, iptables). Changing it and rolling the DaemonSet out switches every new pod sandbox")
 	fs.StringVar(&o.Namespace, "namespace", "", "uninstall-all: namespace of the installer DaemonSet")
 	fs.StringVar(&o.DaemonSet, "daemonset", "consul-cni", "uninstall-all: name of the installer DaemonSet")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "uninstall-all: fail, naming the nodes not clean, when they are not all clean by then")
@@ -81,7 +86,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 var configFlags = map[string]string{
 	"BinDir": "cni-bin-dir", "NetDir": "cni-net-dir", "HostBinDir": "host-cni-bin-dir", "HostNetDir": "host-cni-net-dir",
 	"PluginBinary": "plugin-binary", "LogLevel": "log-level", "Multus": "multus",
-	"ExcludeNamespaces": "exclude-namespaces", "Resync": "resync",
+	"ExcludeNamespaces": "exclude-namespaces", "Resync": "resync", "Backend": "backend",
 }
 
 func (o *options) Validate() error {
@@ -122,7 +127,7 @@ func (o *options) config() install.Config {
 	return install.Config{
 		BinDir: o.BinDir, NetDir: o.NetDir, HostBinDir: o.HostBinDir, HostNetDir: o.HostNetDir,
 		PluginBinary: o.PluginBinary, LogLevel: o.LogLevel, Multus: o.Multus, Resync: o.Resync,
-		ExcludeNamespaces: o.ExcludeNamespaces,
+		ExcludeNamespaces: o.ExcludeNamespaces, Backend: o.Backend,
 	}
 }
 

@@ -192,6 +192,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{[]string{"--host-cni-net-dir=etc"}, `--host-cni-net-dir: "etc" is not an absolute path`},
 		{[]string{"--log-level=loud"}, `--log-level: "loud" is not a log level`},
 		{[]string{"--exclude-namespaces=Bad_NS"}, `--exclude-namespaces: "Bad_NS" is not a namespace name`},
+		{[]string{"--backend=nft"}, `--backend: "nft" is not a redirect backend`},
 	} {
 		if _, _, err := parse(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.want)
@@ -201,6 +202,26 @@ func TestValidateNamesTheFlag(t *testing.T) {
 	for _, l := range cniconf.LogLevels {
 		if _, _, err := parse(t, []string{"--log-level=" + l}); err != nil {
 			t.Errorf("--log-level=%s: %v", l, err)
+		}
+	}
+}
+
+// --backend reaches the chain entry; unset, the entry has no backend key.
+func TestBackendFlagReachesTheEntry(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, ""}, {[]string{"--backend=nftables"}, "nftables"}, {[]string{"--backend=iptables"}, "iptables"}} {
+		o, _, err := parse(t, append(tc.args, "--plugin-binary=/bin/true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := install.New(o.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in.Entry().Backend; got != tc.want {
+			t.Errorf("%v: entry backend %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }

@@ -14,7 +14,9 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -124,23 +126,33 @@ func TestProbeRealNetns(t *testing.T) {
 		}
 	})
 
-	t.Run("the full consul-k8s rule set applied by pkg/redirect", func(t *testing.T) {
-		ns := podNetns(t, r, "chk-redirect", 5)
-		tc, err := annotations.ParseRedirectTrafficConfig([]byte(`{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,
+	// The probe works with both backends: the iptables nat table and the
+	// table inet consul_tproxy (SO_ORIGINAL_DST reads the same conntrack
+	// entry either way).
+	for i, backend := range []string{cniconf.BackendIptables, cniconf.BackendNftables} {
+		t.Run("the full consul-k8s rule set applied by the "+backend+" backend", func(t *testing.T) {
+			ns := podNetns(t, r, "chk-"+backend[:3], 5+i*5)
+			tc, err := annotations.ParseRedirectTrafficConfig([]byte(`{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,
 			"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200"],
 			"ExcludeOutboundPorts":["9090"],"ExcludeOutboundCIDRs":["10.0.0.0/8"],"ExcludeUIDs":["5996"]}`), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: redirect.BackendDefault}
-		if err := redirect.Apply(context.Background(), ex, redirect.Build(tc)); err != nil {
-			t.Fatal(err)
-		}
-		ann, tl := podFiles(t, "complete")
-		if code, msg := runCheck(t, ns, probeUID, target, ann, tl); code != 0 {
-			t.Fatalf("exit %d with the rules in place: %s", code, msg)
-		}
-	})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if backend == cniconf.BackendNftables {
+				err = nftables.Apply(context.Background(), ns.Path, nftables.Build(tc))
+			} else {
+				ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: redirect.BackendDefault}
+				err = redirect.Apply(context.Background(), ex, redirect.Build(tc))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ann, tl := podFiles(t, "complete")
+			if code, msg := runCheck(t, ns, probeUID, target, ann, tl); code != 0 {
+				t.Fatalf("exit %d with the rules in place: %s", code, msg)
+			}
+		})
+	}
 
 	t.Run("no redirect rules: bypass detected", func(t *testing.T) {
 		ns := podNetns(t, r, "chk-bypass", 2)

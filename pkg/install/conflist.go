@@ -42,6 +42,9 @@ type PluginConfig struct {
 	// ExcludeNamespaces is written only when set (the plugin's default is
 	// kube-system).
 	ExcludeNamespaces []string `json:"exclude_namespaces,omitempty"`
+	// Backend is written only when set (the plugin's default is
+	// cniconf.BackendIptables).
+	Backend string `json:"backend,omitempty"`
 }
 
 func (p PluginConfig) json() json.RawMessage {

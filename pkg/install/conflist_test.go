@@ -307,3 +307,21 @@ func TestEntryExcludeNamespaces(t *testing.T) {
 		t.Fatalf("entry %s (%v)", b, err)
 	}
 }
+
+// The entry carries backend only when it is set, under the plugin's key; a
+// backend the plugin does not know is refused naming the field.
+func TestEntryBackend(t *testing.T) {
+	n := newHostDirs(t)
+	if b := n.installer(t).Entry().json(); strings.Contains(string(b), `"`+cniconf.KeyBackend+`"`) {
+		t.Fatalf("unset but written: %s", b)
+	}
+	b := n.installer(t, func(c *Config) { c.Backend = cniconf.BackendNftables }).Entry().json()
+	var e map[string]any
+	if err := json.Unmarshal(b, &e); err != nil || e[cniconf.KeyBackend] != "nftables" {
+		t.Fatalf("entry %s (%v)", b, err)
+	}
+	cfg := Config{BinDir: "/b", NetDir: "/n", HostBinDir: "/hb", HostNetDir: "/hn", Backend: "nft"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Backend") || !strings.Contains(err.Error(), `"nft"`) {
+		t.Fatalf("Validate = %v", err)
+	}
+}

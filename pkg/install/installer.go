@@ -49,6 +49,9 @@ type Config struct {
 	// ExcludeNamespaces goes into the entry's exclude_namespaces when not
 	// empty.
 	ExcludeNamespaces []string
+	// Backend goes into the entry's backend when not empty: one of
+	// cniconf.Backends.
+	Backend string
 	// Client is the source of the plugin's kubeconfig. When nil no
 	// kubeconfig is written (the plugin then cannot reach the API).
 	Client *ClientSource
@@ -112,6 +115,7 @@ func (in *Installer) Entry() PluginConfig {
 		},
 
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
+		Backend:           in.cfg.Backend,
 	}
 }
 

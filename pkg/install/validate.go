@@ -28,6 +28,9 @@ func (cfg *Config) Validate() error {
 	if cfg.LogLevel != "" && cniconf.ValidLogLevel(cfg.LogLevel) != nil {
 		return configkey.New("LogLevel", cfg.LogLevel, cniconf.LogLevelReason)
 	}
+	if cfg.Backend != "" && cniconf.ValidBackend(cfg.Backend) != nil {
+		return configkey.New("Backend", cfg.Backend, cniconf.BackendReason)
+	}
 	for _, ns := range cfg.ExcludeNamespaces {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			return configkey.New("ExcludeNamespaces", ns, "is not a namespace name: "+strings.Join(errs, "; "))

@@ -56,7 +56,13 @@ type Config struct {
 	APITimeout string `json:"api_timeout,omitempty"`
 	// IptablesTimeout bounds the iptables work of one call (default 30s).
 	IptablesTimeout string `json:"iptables_timeout,omitempty"`
-	// IptablesBackend is auto (default: the node's backend, detected as
+	// Backend is how the redirect rules are programmed: "iptables"
+	// (default; the nat table's CONSUL_* chains, SDK v0.18) or "nftables"
+	// (the table inet consul_tproxy over netlink, SDK v0.19). A call with
+	// one backend removes what the other left in the pod namespace.
+	Backend string `json:"backend,omitempty"`
+	// IptablesBackend is, for the iptables backend, which variant of the
+	// iptables tools runs: auto (default: the node's, detected as
 	// kube-proxy does), nft or legacy.
 	IptablesBackend string `json:"iptables_backend,omitempty"`
 	// LogFile, when set, receives the log instead of stderr.
@@ -128,6 +134,13 @@ func (c *Config) validate() error {
 	if c.iptablesTimeout, err = duration("iptables_timeout", c.IptablesTimeout, DefaultIptablesTimeout); err != nil {
 		return err
 	}
+	switch c.Backend {
+	case "":
+		c.Backend = cniconf.BackendIptables
+	case cniconf.BackendIptables, cniconf.BackendNftables:
+	default:
+		return &ConfigError{cniconf.KeyBackend, c.Backend, cniconf.BackendReason}
+	}
 	if c.backend, c.autoBackend, err = redirect.ParseBackend(c.IptablesBackend); err != nil {
 		return &ConfigError{"iptables_backend", c.IptablesBackend, "is not auto, nft or legacy"}
 	}
@@ -172,6 +185,9 @@ func (c *Config) validate() error {
 }
 
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// nftables reports whether the nftables backend is selected.
+func (c *Config) nftables() bool { return c.Backend == cniconf.BackendNftables }
 
 // excluded reports whether pods of namespace ns are passed through without
 // looking at them (exclude_namespaces).

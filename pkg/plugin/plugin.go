@@ -28,7 +28,9 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
@@ -40,6 +42,8 @@ type Plugin struct {
 	NewClient func(conf *Config) (PodClient, string, error)
 	// NewExecutor returns the iptables executor for a pod namespace.
 	NewExecutor func(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error)
+	// Nftables is the nftables backend's kernel side.
+	Nftables Nftables
 	// Stdout receives the CNI result; Stderr the log unless log_file is set.
 	Stdout, Stderr io.Writer
 	// RetryBase is the first back-off between API retries.
@@ -51,6 +55,7 @@ func New() *Plugin {
 	return &Plugin{
 		NewClient:   NewKubeClient,
 		NewExecutor: realExecutor,
+		Nftables:    nftables.Netlink{},
 		Stdout:      os.Stdout,
 		Stderr:      os.Stderr,
 		RetryBase:   200 * time.Millisecond,
@@ -75,6 +80,7 @@ func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Log
 // target is what a call works on: the rule sets, and for Kubernetes the
 // pod whose status to record. skip means the pod is not ours to redirect.
 type target struct {
+	cfg    annotations.TrafficConfig
 	sets   []redirect.RuleSet
 	pod    *Pod
 	client PodClient
@@ -114,12 +120,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 
 	exCtx, exCancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
 	defer exCancel()
-	ex, err := p.NewExecutor(exCtx, conf, args.Netns, log)
-	if err != nil {
-		return fmt.Errorf("consul-cni: %s: %w", tg.what, err)
-	}
-	if err := redirect.Apply(exCtx, ex, tg.sets); err != nil {
-		err = fmt.Errorf("consul-cni: %s: applying the traffic redirection rules in %s failed: %w", tg.what, args.Netns, err)
+	rs := p.rules(conf, args.Netns, log)
+	if err := rs.apply(exCtx, tg); err != nil {
+		err = fmt.Errorf("consul-cni: %s: applying the traffic redirection rules in %s failed (backend %s): %w", tg.what, args.Netns, conf.Backend, err)
 		log.Error("ADD failed", "error", err)
 		return err
 	}
@@ -130,7 +133,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			// The API deadline may have taken the iptables one with it.
 			cctx, ccancel := context.WithTimeout(context.Background(), redirect.CleanupTimeout)
-			rerr := redirect.Remove(cctx, ex, redirect.Families)
+			rerr := rs.remove(cctx)
 			ccancel()
 			if rerr != nil {
 				log.Error("removing the rules after the failed status update", "error", rerr)
@@ -141,7 +144,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return err
 		}
 	}
-	log.Info("traffic redirection applied", "target", tg.what, "families", fmt.Sprint(redirect.FamiliesOf(tg.sets)), "duration", time.Since(start).String())
+	log.Info("traffic redirection applied", "target", tg.what, "backend", conf.Backend, "families", fmt.Sprint(redirect.FamiliesOf(tg.sets)), "duration", time.Since(start).String())
 	return p.print(result, conf)
 }
 
@@ -154,7 +157,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		if err != nil {
 			return nil, fmt.Errorf("consul-cni: %s: CNI argument CONSUL_IPTABLES_CONFIG is invalid: %w", tg.what, err)
 		}
-		tg.sets = redirect.Build(cfg)
+		tg.cfg, tg.sets = cfg, redirect.Build(cfg)
 		return tg, nil
 	}
 	if a.PodName == "" || a.PodNamespace == "" {
@@ -215,7 +218,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: %w", tg.what, err)
 	}
-	tg.sets = redirect.Build(cfg)
+	tg.cfg, tg.sets = cfg, redirect.Build(cfg)
 	return tg, nil
 }
 
@@ -282,11 +285,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	exCtx, exCancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
 	defer exCancel()
-	ex, err := p.NewExecutor(exCtx, conf, args.Netns, log)
-	if err != nil {
-		return err
-	}
-	if err := redirect.Check(exCtx, ex, tg.sets); err != nil {
+	if err := p.rules(conf, args.Netns, log).check(exCtx, tg); err != nil {
 		err = fmt.Errorf("consul-cni: %s: %w", tg.what, err)
 		log.Warn("CHECK found drift", "error", err)
 		return err
@@ -303,7 +302,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// Keep going with defaults: DEL must not be blocked by a
 		// configuration that ADD would have refused anyway.
 		conf = &Config{apiTimeout: DefaultAPITimeout, iptablesTimeout: DefaultIptablesTimeout,
-			autoBackend: true, StateDir: DefaultStateDir, level: slog.LevelInfo}
+			Backend: cniconf.BackendIptables, autoBackend: true, StateDir: DefaultStateDir, level: slog.LevelInfo}
 		fmt.Fprintf(p.Stderr, "consul-cni DEL: ignoring an invalid configuration: %v\n", err)
 	}
 	a, _ := parseCNIArgs(args.Args)
@@ -318,27 +317,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
 	defer cancel()
-	ex, err := p.NewExecutor(ctx, conf, args.Netns, log)
-	if err != nil {
-		return err
-	}
-	if err := redirect.Remove(ctx, ex, []redirect.Family{redirect.IPv4}); err != nil {
-		if errors.Is(err, redirect.ErrNetnsGone) {
-			return nil
-		}
+	if err := p.rules(conf, args.Netns, log).remove(ctx); err != nil {
 		return fmt.Errorf("consul-cni: removing the traffic redirection rules from %s: %w", args.Netns, err)
-	}
-	if err := redirect.Remove(ctx, ex, []redirect.Family{redirect.IPv6}); err != nil && !errors.Is(err, redirect.ErrNetnsGone) {
-		// A node without IPv6 cannot even list the table; the namespace
-		// is going away, so this is not worth failing DEL for.
-		log.Warn("could not remove IPv6 rules", "error", err)
 	}
 	return nil
 }
 
 // Status implements CNI STATUS (spec 1.1.0). It fails only when ADD would
 // fail for every pod for a reason the node's operator must fix on the node:
-// the iptables tools are missing. A problem with the plugin's credentials
+// the iptables tools are missing (iptables backend). A problem with the plugin's credentials
 // or the API is logged and left to ADD (which fails closed for injected
 // pods) and to the installer's readiness: a runtime that sees STATUS fail
 // reports the node's network as not ready, and the node lifecycle
@@ -350,7 +337,8 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	}
 	log, closeLog := p.logger(conf, "STATUS", args, cniArgs{})
 	defer closeLog()
-	if missing := missingTools(conf); missing != nil {
+	// The nftables backend speaks netlink and needs no tool.
+	if missing := missingTools(conf); missing != nil && !conf.nftables() {
 		return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
 	}
 	if conf.Kubeconfig != "" {

@@ -28,6 +28,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables/nftablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
@@ -82,13 +83,14 @@ type env struct {
 	p       *Plugin
 	client  *fake.Clientset
 	fake    *redirecttest.Fake
+	nft     *nftablestest.Fake
 	stdout  *bytes.Buffer
 	stderr  *bytes.Buffer
 	clients int
 }
 
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
-	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirecttest.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirecttest.Fake{}, nft: &nftablestest.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
 	e.p = &Plugin{
 		NewClient: func(*Config) (PodClient, string, error) {
 			e.clients++
@@ -97,7 +99,8 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 		NewExecutor: func(_ context.Context, _ *Config, netns string, _ *slog.Logger) (redirect.Executor, error) {
 			return e.fake, nil
 		},
-		Stdout: e.stdout, Stderr: e.stderr,
+		Nftables: e.nft,
+		Stdout:   e.stdout, Stderr: e.stderr,
 		RetryBase: time.Millisecond,
 	}
 	return e

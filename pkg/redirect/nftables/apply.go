@@ -38,11 +38,18 @@ func conn(nsPath string) (*gnft.Conn, func(), error) {
 	return c, func() { _ = c.CloseLasting(); unix.Close(fd) }, nil
 }
 
-// Apply replaces the table in the network namespace at nsPath with t: one
-// netlink transaction that adds, deletes and adds the table again, then
-// creates every chain and rule. The kernel applies all of it or nothing; if
-// it fails, Apply deletes whatever table of ours is there, so nothing of
-// ours is left in place (fail closed).
+// Apply replaces the table in the network namespace at nsPath with t, in
+// one netlink transaction. A namespace without the table (every new pod
+// sandbox) gets a transaction that creates it exclusively with all its
+// chains and rules; only when the table exists already (a repeated ADD)
+// does Apply send the SDK's transaction: add, delete and add the table
+// again, then every chain and rule. Deleting a table makes the kernel wait
+// for readers of the old rules (an RCU grace period, milliseconds), which a
+// first ADD has no reason to pay. The end state is the same either way. The
+// kernel applies a transaction entirely or not at all; if it fails, Apply
+// deletes whatever table of ours is there, so nothing of ours is left in
+// place (fail closed). Whether the table exists is asked first (one netlink
+// dump), so a repeated ADD does not pay for a failed exclusive create.
 func Apply(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -52,8 +59,24 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 		return err
 	}
 	defer closeConn()
-	queue(c, t)
-	if err := c.Flush(); err != nil {
+	present, err := exists(c)
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", nsPath, err)
+	}
+	if !present {
+		c.CreateTable(table)
+		queue(c, t)
+		err = c.Flush()
+	}
+	// (EEXIST: created meanwhile by someone else.)
+	if present || errors.Is(err, unix.EEXIST) {
+		c.AddTable(table)
+		c.DelTable(table)
+		c.AddTable(table)
+		queue(c, t)
+		err = c.Flush()
+	}
+	if err != nil {
 		err = fmt.Errorf("netns %s: applying table inet %s: %w", nsPath, TableName, err)
 		if rerr := remove(c); rerr != nil {
 			return fmt.Errorf("%w (and removing the table failed too, it may be left: %v)", err, rerr)
@@ -63,11 +86,9 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 	return nil
 }
 
-// queue adds the messages of the whole transaction to the connection.
+// queue adds the chains and rules of t to the connection's batch, after
+// the table messages.
 func queue(c *gnft.Conn, t Table) {
-	c.AddTable(table)
-	c.DelTable(table)
-	c.AddTable(table)
 	chains := map[string]*gnft.Chain{}
 	for _, ch := range t.Chains {
 		gc := &gnft.Chain{Name: ch.Name, Table: table}
@@ -299,4 +320,19 @@ func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
 		d.Problems = append(d.Problems, fmt.Sprintf("rules of %s are out of order: have [%s], want [%s]",
 			chain, names(g), names(w)))
 	}
+}
+
+// Netlink is the backend as a value: its methods are the package's
+// functions, so a caller can hold it behind an interface and tests can put
+// an in-memory double (nftablestest.Fake) in its place.
+type Netlink struct{}
+
+func (Netlink) Apply(ctx context.Context, nsPath string, t Table) error { return Apply(ctx, nsPath, t) }
+func (Netlink) Check(ctx context.Context, nsPath string, t Table) error { return Check(ctx, nsPath, t) }
+func (Netlink) Remove(ctx context.Context, nsPath string) error         { return Remove(ctx, nsPath) }
+func (Netlink) Present(ctx context.Context, nsPath string) (bool, error) {
+	return Present(ctx, nsPath)
+}
+func (Netlink) FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
+	return FindIptablesRules(ctx, nsPath)
 }

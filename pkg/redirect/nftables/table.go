@@ -12,10 +12,12 @@
 //	err = nftables.Remove(ctx, netnsPath)    // DEL: delete the table; nil when ns or table is gone
 //
 // netnsPath is a network namespace file (CNI_NETNS, /var/run/netns/<name>,
-// /proc/<pid>/ns/net). Apply sends, in one netlink transaction, "add table;
-// delete table; add table" followed by every chain and rule, so a repeated
-// ADD replaces the table atomically and a failed one changes nothing; Apply
-// then deletes the table (fail closed, nothing of ours left). One inet table
+// /proc/<pid>/ns/net). Apply is one netlink transaction: in a namespace
+// without the table it creates the table exclusively with every chain and
+// rule; when the table exists (a repeated ADD) it sends the SDK's "add
+// table; delete table; add table" followed by every chain and rule, so the
+// table is replaced atomically. A failed transaction changes nothing, and
+// Apply then deletes the table (fail closed, nothing of ours left). One inet table
 // serves both families: in single stack the two base chains begin with
 // `meta nfproto ipv6 return`, as in the SDK.
 //

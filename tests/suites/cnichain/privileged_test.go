@@ -36,13 +36,14 @@ import (
 
 var subnetIndex atomic.Int32
 
-// podSubnets returns a fresh pod subnet pair inside the test's slot.
+// podSubnets returns a fresh pod subnet pair inside the test's slot: /25s
+// below the 15th /24 (NewExternal's services).
 func podSubnets(r *testnet.Range) (netip.Prefix, netip.Prefix) {
 	i := int(subnetIndex.Add(1))
-	if i > 13 {
+	if i > 27 {
 		panic("out of pod subnets")
 	}
-	return r.Subnet4(i, 24), r.Subnet6(i)
+	return r.Subnet4(i, 25), r.Subnet6(i)
 }
 
 var (
@@ -314,13 +315,14 @@ func TestTrafficSingleStack(t *testing.T) {
 		{"without consul-cni", "", false},
 		{"consul-cni auto backend", "auto", true},
 		{"consul-cni legacy backend", "legacy", true},
+		{"consul-cni nftables backend", backendNftables, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s4, _ := podSubnets(r)
 			opts := cnichain.Options{Subnet4: s4}
 			if tc.consul {
-				opts.Consul = consulEntry(t, tc.backend, nil)
+				opts.Consul = entryFor(t, tc.backend)
 			}
 			chain := cnichain.New(t, opts)
 			pod := r.NewNetns(t, "pod")
@@ -363,6 +365,10 @@ func TestTrafficSingleStack(t *testing.T) {
 				if got := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4); strings.Contains(got, "CONSUL") {
 					t.Fatalf("rules without the plugin:\n%s", got)
 				}
+				return
+			}
+			if tc.backend == backendNftables {
+				assertNftables(t, pod, cfg, false)
 				return
 			}
 			b := backendFor(t, tc.backend)
@@ -421,7 +427,7 @@ func (s *apiStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(pod)
 }
 
-func (s *apiStub) kubeconfig(t *testing.T, dir, server string) {
+func (s *apiStub) kubeconfig(t testing.TB, dir, server string) {
 	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user:\n    tokenFile: token\n", server)
 	if err := os.WriteFile(filepath.Join(dir, cniconf.ConsulK8sKubeconfigFileName), []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
@@ -449,8 +455,9 @@ func TestTrafficDualStack(t *testing.T) {
 	// table comparison below uses the SDK only for the config without it).
 	cfg := fmt.Sprintf(`{"ConsulDNSIP":"::1","ConsulDNSPort":8600,"ProxyUserID":"5995","ProxyInboundPort":20000,`+
 		`"ExcludeInboundPorts":["20200"],"ExcludeOutboundPorts":["9090"],"ExcludeOutboundCIDRs":["%s/128"],"ExcludeUIDs":["5996"]}`, excluded6)
-	// Both backends: the node's (auto) and legacy, each with both families.
-	for _, backend := range []string{"auto", "legacy"} {
+	// Every backend: iptables with the node's variant (auto) and legacy,
+	// each with both families, and nftables with its one inet table.
+	for _, backend := range []string{"auto", "legacy", backendNftables} {
 		t.Run(backend, func(t *testing.T) {
 			stub := &apiStub{pods: map[string]map[string]any{"default/web": {
 				"kind": "Pod", "apiVersion": "v1",
@@ -463,7 +470,7 @@ func TestTrafficDualStack(t *testing.T) {
 			}}}
 			srv := httptest.NewServer(stub)
 			t.Cleanup(srv.Close)
-			entry := consulEntry(t, backend, nil)
+			entry := entryFor(t, backend)
 			stub.kubeconfig(t, entry[cniconf.KeyCNINetDir].(string), srv.URL)
 
 			s4, s6 := podSubnets(r)
@@ -481,7 +488,13 @@ func TestTrafficDualStack(t *testing.T) {
 			}
 			ip4, ip6 := podIP(t, res, false), podIP(t, res, true)
 			// The rules are in the tables of the backend asked for.
+			if backend == backendNftables {
+				assertNftables(t, pod, cfg, true)
+			}
 			for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+				if backend == backendNftables {
+					break
+				}
 				if tbl := saveNat(t, pod, backendFor(t, backend), fam); !strings.Contains(tbl, "-A CONSUL_PROXY_OUTPUT") {
 					t.Fatalf("backend %s, %s: no rules of ours in its nat table:\n%s", backend, fam, tbl)
 				}

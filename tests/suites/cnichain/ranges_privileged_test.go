@@ -15,8 +15,8 @@ import (
 // TestTrafficPortRanges applies exclude-list port ranges ("a:b", as
 // consul-k8s's plugin accepts them) through libcni, and proves with real
 // TCP connections that a port inside a range bypasses the proxy while the
-// ports just outside it are redirected, outbound and inbound, for both
-// iptables backends; the table is the one the SDK's own commands give.
+// ports just outside it are redirected, outbound and inbound, for every
+// backend (iptables with either variant, nftables); the table is the one the SDK's own commands give.
 func TestTrafficPortRanges(t *testing.T) {
 	r := testnet.Reserve(t)
 	ext := r.NewExternal(t)
@@ -26,11 +26,11 @@ func TestTrafficPortRanges(t *testing.T) {
 	cfg := `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,` +
 		`"ExcludeInboundPorts":["20200:20300"],"ExcludeOutboundPorts":["9000:9100"],"ExcludeUIDs":["5996"]}`
 
-	for _, backend := range []string{"auto", "legacy"} {
+	for _, backend := range []string{"auto", "legacy", backendNftables} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := context.Background()
 			s4, _ := podSubnets(r)
-			chain := cnichain.New(t, cnichain.Options{Subnet4: s4, Consul: consulEntry(t, backend, nil)})
+			chain := cnichain.New(t, cnichain.Options{Subnet4: s4, Consul: entryFor(t, backend)})
 			pod := r.NewNetns(t, "pod")
 			rt := cnichain.Runtime("ctr-ranges-"+backend, pod.Path, [2]string{"CONSUL_IPTABLES_CONFIG", cfg})
 			res, err := chain.Add(ctx, rt)
@@ -58,14 +58,18 @@ func TestTrafficPortRanges(t *testing.T) {
 				{-1, "tcp", hostPort(ip, 20301), "inbound-listener"},
 			})
 
+			if err := chain.Check(ctx, rt); err != nil {
+				t.Errorf("CHECK: %v", err)
+			}
+			if backend == backendNftables {
+				assertNftables(t, pod, cfg, false)
+				return
+			}
 			b := backendFor(t, backend)
 			want := sdkTable(t, r, b, cfg, false)
 			got := [2]string{saveNat(t, pod, b, redirect.IPv4), saveNat(t, pod, b, redirect.IPv6)}
 			if got != want {
 				t.Errorf("pod nat tables differ from what the SDK gives\n--- pod\n%s%s--- sdk\n%s%s", got[0], got[1], want[0], want[1])
-			}
-			if err := chain.Check(ctx, rt); err != nil {
-				t.Errorf("CHECK: %v", err)
 			}
 		})
 	}

@@ -454,6 +454,15 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("installer image %v, want the repository given and appVersion", img)
 		}
 	})
+	t.Run("installer backend", func(t *testing.T) {
+		objs := renderChart(t, chartValues(t, nil, "installer.backend=nftables"))
+		c, _, _ := unstructured.NestedSlice(find(t, objs, "DaemonSet", installerName).Object, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(c[0].(map[string]any), "args")
+		probe, _, _ := unstructured.NestedStringSlice(c[0].(map[string]any), "readinessProbe", "exec", "command")
+		if oneFlag(t, args, "backend") != "nftables" || oneFlag(t, probe, "backend") != "nftables" {
+			t.Errorf("installer args %v, probe %v: want --backend=nftables in both", args, probe)
+		}
+	})
 	t.Run("monitoring off one by one", func(t *testing.T) {
 		for key, kind := range map[string]string{"serviceMonitor": "ServiceMonitor", "podMonitor": "PodMonitor", "prometheusRule": "PrometheusRule", "dashboard": "ConfigMap"} {
 			objs := renderChart(t, chartValues(t, nil, "monitoring."+key+".enabled=false"))
