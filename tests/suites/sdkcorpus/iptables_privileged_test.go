@@ -60,7 +60,14 @@ type iptWorker struct {
 // backend, and compares the IPv4 and IPv6 nat tables.
 func TestIPTablesCorpusMatchesSDK(t *testing.T) {
 	r := requireRoot(t)
-	backend, why := redirect.Detector{}.Detect(context.Background())
+	backend, auto, err := redirect.ParseBackend(*corpusBackend)
+	if err != nil {
+		t.Fatalf("-corpus.iptables-backend: %v", err)
+	}
+	why := "-corpus.iptables-backend"
+	if auto {
+		backend, why = redirect.Detector{}.Detect(context.Background())
+	}
 	cases := sdkoracle.Corpus(*corpusSeed, *corpusN)
 	in := make([]sdkoracle.Input, 0, 3*len(cases))
 	for _, c := range cases {
