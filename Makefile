@@ -129,7 +129,7 @@ test-unit: toolchain
 
 ## test-privileged: real netns and iptables/nftables; includes the SDK-oracle corpus (CORPUS_N configurations)
 test-privileged: deps
-	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 30m ./...
+	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
 
 ## test-corpus: only the SDK-oracle corpus: CORPUS_N generated configs applied by Consul's SDK (v0.18.1 iptables
 ## commands, v0.19.0 nft script) and by the plugin in real netns, tables compared (CORPUS_SEED to vary it)
