@@ -21,6 +21,13 @@ CNI_BIN     := $(CACHE)/cni/bin
 NODES       ?= 1
 GOTEST      ?= $(GO) test
 TEST_FLAGS  ?=
+# Consul's SDK v0.19.0, the nftables oracle of the tests (module tests/sdkoracle/nftables), needs a newer Go
+# than the main module: only that module is built with this toolchain, which the go command fetches from the
+# module proxy on first use.
+SDK_NFT_GOTOOLCHAIN ?= go1.27.3
+export CCR_SDK_NFT_GOTOOLCHAIN := $(SDK_NFT_GOTOOLCHAIN)
+# Configurations of the SDK-oracle corpus (tests/suites/sdkcorpus) in test-privileged and test-corpus.
+CORPUS_N    ?= 2000
 export CCR_KUBE_BIN_DIR := $(abspath $(KUBE_BIN))
 export CCR_CNI_BIN_DIR  := $(abspath $(CNI_BIN))
 
@@ -46,7 +53,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins kubectl cni-bins test test-unit test-privileged test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins kubectl cni-bins test test-unit test-privileged test-corpus test-integration \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
@@ -120,8 +127,16 @@ test-unit: toolchain
 	$(MAKE) test-manifests
 	$(MAKE) test-monitoring
 
+## test-privileged: real netns and iptables/nftables; includes the SDK-oracle corpus (CORPUS_N configurations)
 test-privileged: deps
-	$(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
+	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
+
+## test-corpus: only the SDK-oracle corpus: CORPUS_N generated configs applied by Consul's SDK (v0.18.1 iptables
+## commands, v0.19.0 nft script) and by the plugin in real netns, tables compared (CORPUS_SEED to vary it)
+CORPUS_SEED ?= 20261201
+test-corpus: deps
+	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 30m -v -run 'Corpus|Oracle' \
+		./tests/suites/sdkcorpus -args -corpus.seed=$(CORPUS_SEED)
 
 test-integration: deps kube-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
@@ -187,6 +202,8 @@ lint: toolchain
 	cd tests/kube && $(GO) vet -trimpath ./...
 	cd tests/suites/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
 	cd tools && $(GO) vet ./... && $(GO) vet -tags images ./...
+	cd tests/sdkoracle/iptables && $(GO) vet ./...
+	cd tests/sdkoracle/nftables && GOTOOLCHAIN=$(SDK_NFT_GOTOOLCHAIN) $(GO) vet ./...
 
 fmt: toolchain
 	gofmt -w $$(git ls-files '*.go')

@@ -69,15 +69,6 @@ func (c goldenCase) config(t testing.TB) annotations.TrafficConfig {
 	return cfg
 }
 
-func (c goldenCase) raw(t testing.TB) annotations.RedirectTrafficConfig {
-	t.Helper()
-	raw, err := annotations.DecodeRedirectTrafficConfig([]byte(c.json))
-	if err != nil {
-		t.Fatalf("%s: %v", c.name, err)
-	}
-	return raw
-}
-
 // Golden file layout: "## <family> <section>" headers, each followed by
 // its text.
 const (

@@ -14,7 +14,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkref"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -67,7 +67,7 @@ func TestRealTablesMatchGoldenAndSDK(t *testing.T) {
 				var sdkEx *redirect.NetnsExecutor
 				if c.sdk {
 					sdkNs := r.NewNetns(t, "sdk")
-					runSDK(t, sdkNs, b, sdkref.Commands(c.raw(t), c.dual))
+					runSDK(t, sdkNs, b, sdkoracle.One(t, c.json, c.dual).Commands)
 					sdkEx = &redirect.NetnsExecutor{NetNS: sdkNs.Path, Backend: b}
 				}
 				for _, rs := range sets {

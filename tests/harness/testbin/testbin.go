@@ -142,26 +142,41 @@ func CNIPluginDir(tb TB) string {
 	return dir
 }
 
+// Module builds the main package at the top of a separate module of the
+// repository (dir, relative to the root, holds its own go.mod: a program
+// that needs dependencies the main module must not have) as
+// <Dir()>/<name>. env is added to the go command's environment, e.g.
+// GOTOOLCHAIN for a module that needs a newer Go than the main module.
+func Module(tb TB, name, dir string, env ...string) string {
+	tb.Helper()
+	return buildIn(tb, name, dir, ".", env)
+}
+
 func build(tb TB, name, pkg string, ldflags ...string) string {
+	tb.Helper()
+	return buildIn(tb, name, ".", pkg, nil, ldflags...)
+}
+
+func buildIn(tb TB, name, dir, pkg string, env []string, ldflags ...string) string {
 	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
 	if p, ok := built[name]; ok {
 		return p
 	}
-	dir := Dir()
-	out := filepath.Join(dir, name)
+	binDir := Dir()
+	out := filepath.Join(binDir, name)
 	if os.Getenv("CCR_BIN_DIR") != "" {
 		if _, err := os.Stat(out); err == nil {
 			built[name] = out
 			return out
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		tb.Fatalf("testbin: %v", err)
 	}
-	if dir == FallbackDir() {
-		if err := checkOwnDir(dir); err != nil {
+	if binDir == FallbackDir() {
+		if err := checkOwnDir(binDir); err != nil {
 			tb.Fatalf("testbin: %v", err)
 		}
 	}
@@ -173,8 +188,8 @@ func build(tb TB, name, pkg string, ldflags ...string) string {
 		args = append(args, "-ldflags", strings.Join(ldflags, " "))
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
-	cmd.Dir = RepoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Dir = filepath.Join(RepoRoot(), dir)
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		tb.Fatalf("testbin: go build %s: %v\n%s", pkg, err, b)

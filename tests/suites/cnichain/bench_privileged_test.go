@@ -18,7 +18,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkref"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -101,11 +101,7 @@ func BenchmarkADD(b *testing.B) {
 	backend, why := redirect.Detector{}.Detect(context.Background())
 	stateDir := b.TempDir()
 	for _, c := range benchConfigs {
-		raw, err := annotations.DecodeRedirectTrafficConfig([]byte(c.json))
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmds := sdkref.Commands(raw, false)
+		cmds := sdkoracle.One(b, c.json, false).Commands
 		for _, impl := range benchImpls {
 			b.Run(c.name+"/"+impl.name, func(b *testing.B) {
 				env, stdin := impl.setup(b, c.json, stateDir)

@@ -29,7 +29,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkref"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -240,16 +240,13 @@ func saveNat(t *testing.T, ns *testnet.Netns, b redirect.Backend, fam redirect.F
 	return redirecttest.Normalize(out)
 }
 
-// sdkTable runs the SDK's own command sequence in a fresh namespace and
-// returns the resulting nat tables.
+// sdkTable runs the command sequence of Consul's SDK v0.18.1 (the oracle,
+// tests/harness/sdkoracle) in a fresh namespace and returns the resulting
+// nat tables.
 func sdkTable(t *testing.T, r *testnet.Range, b redirect.Backend, js string, dual bool) [2]string {
 	t.Helper()
-	raw, err := annotations.DecodeRedirectTrafficConfig([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := r.NewNetns(t, "sdk")
-	for _, c := range sdkref.Commands(raw, dual) {
+	for _, c := range sdkoracle.One(t, js, dual).Commands {
 		tool := b.Tool(redirect.IPv4)
 		if c[0] == "ip6tables" {
 			tool = b.Tool(redirect.IPv6)
