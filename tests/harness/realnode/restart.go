@@ -50,4 +50,3 @@ func (n *Node) Restart(ctx context.Context, hook func() error) error {
 	}
 	return nil
 }
-
