@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -37,6 +35,7 @@ const (
 func SweepStale() {
 	for _, dir := range proc.StaleDirs(filepath.Join(os.TempDir(), DirPrefix+"*")) {
 		killNode(dir, true)
+		removeNetwork(dir)
 		cleanNodeDir(dir)
 	}
 	for _, h := range cgroupHierarchies() {
@@ -328,22 +327,6 @@ func kubeletRunning() bool {
 		}
 	}
 	return false
-}
-
-// addLoopbackIP puts ip/32 on lo; false when it was there already.
-func addLoopbackIP(ip netip.Addr) (bool, error) {
-	out, err := exec.Command("ip", "addr", "add", ip.String()+"/32", "dev", "lo").CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "File exists") {
-			return false, nil
-		}
-		return false, fmt.Errorf("node IP %s on lo: %v: %s", ip, err, strings.TrimSpace(string(out)))
-	}
-	return true, nil
-}
-
-func removeLoopbackIP(ip netip.Addr) {
-	_ = exec.Command("ip", "addr", "del", ip.String()+"/32", "dev", "lo").Run()
 }
 
 func tailFile(path string, n int) string {

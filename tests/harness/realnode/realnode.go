@@ -24,16 +24,26 @@
 // cgroupRoot (kubelet makes kubepods below it; cgroupfs driver, cgroup v1 is
 // accepted with failCgroupV1: false).
 //
-// Addresses: the node takes a /24 of the test process's address slot
-// (tests/harness/testnet, allocated with simnode.AllocSubnet so simulated
-// and real nodes never share one). Its first address is the node IP
-// (Node.IP): it is added to the host's loopback device, kubelet reports it as
-// the InternalIP and serves its API on it, and the apiserver (which prefers
-// InternalIP, cluster.KubeletAddressTypes) reaches kubelet there, so pods/log,
-// exec and port-forward work. The default conflist (DefaultConfList: ptp and
-// host-local, no masquerade) gives pods the rest of the /24 with the node IP
-// as their gateway, so pods reach the node and the host reaches pods; the
-// slot's unreachable route keeps anything else in the range on the machine.
+// Network: each node is a network namespace of its own (Node.Netns, named
+// by the address slot of tests/harness/testnet so a killed run's is removed
+// when the slot is reserved again) in which kubelet, containerd, the CNI
+// plugins and hostNetwork pods run. The node takes a /24 of the slot
+// (Node.Subnet, allocated with simnode.AllocSubnet so simulated and real
+// nodes never share one); its first address is the node IP (Node.IP) on the
+// namespace's eth0, a veth whose host end carries a route to the /24. Proxy
+// ARP on both ends stands in for link addresses; the namespace's default
+// route leads to the host, where the slot's unreachable route keeps the test
+// range on the machine. Kubelet reports the node IP as its InternalIP and
+// serves its API there on KubeletPort; the apiserver prefers InternalIP
+// (cluster.KubeletAddressTypes), so pods/log, exec and port-forward work.
+// The default conflist (DefaultConfList: ptp and host-local, no masquerade)
+// gives pods the rest of the /24 with the node IP as their gateway; the
+// host (tests) reaches pods at their addresses. Inside the namespace
+// KubernetesServiceIP:443, the "kubernetes" Service's ClusterIP (named by
+// the apiserver's certificate), is forwarded to the apiserver on the host's
+// loopback: kubelet uses it, and in-cluster clients of pods and hostNetwork
+// pods work unchanged, with no kube-proxy and nothing added to the host's
+// tables.
 //
 // Kubelet authenticates to the apiserver as the cluster's admin, serves its
 // API with a self-signed certificate, accepts the apiserver's client
@@ -44,11 +54,12 @@
 // Stop stops kubelet, kills every process in the node's cgroups and every
 // containerd-shim of the node's containerd, stops containerd, unmounts
 // everything below Dir (netns, rootfs, shm, kubelet's bind mount and volume
-// tmpfs), removes the node's cgroups in every hierarchy, the files some parts
-// write to fixed host paths (symlinks in /var/log/containers into Dir,
+// tmpfs), deletes the network namespace (with its veth and route), removes
+// the node's cgroups in every hierarchy, the files some parts write to fixed
+// host paths (symlinks in /var/log/containers into Dir,
 // /var/lib/cni/results entries of the node's netns, dead shim sockets in
 // /run/containerd/s, /var/lib/kubelet/device-plugins when no other kubelet
-// runs), the node IP on lo, the Node object, and Dir. Start first does the same
+// runs), the Node object, and Dir. Start first does the same
 // for every node directory whose owning process is gone (a killed run;
 // tests/harness/proc ownership files), so reruns start clean.
 //
@@ -143,12 +154,18 @@ type Node struct {
 	paths   paths
 	release func()
 
+	// Netns is the path of the node's network namespace, where kubelet,
+	// containerd, the CNI plugins and hostNetwork pods run.
+	Netns string
+
+	netnsName, hostLink string
+	api                 *apiForward
+
 	mu         sync.Mutex
 	containerd *proc.Process
 	kubelet    *proc.Process
 	kubeletArg []string
 	stopOnce   sync.Once
-	ipAdded    bool
 }
 
 // Start starts a node against c in the address slot r and returns once
@@ -180,7 +197,7 @@ func Start(ctx context.Context, c *cluster.Cluster, r *testnet.Range, opts Optio
 		return nil, err
 	}
 	n.paths = newPaths(n.Dir, opts.BinDir)
-	if err := n.prepare(); err != nil {
+	if err := n.prepare(r); err != nil {
 		return nil, fmt.Errorf("realnode %s: %w", n.Name, err)
 	}
 	if err := n.startRuntime(ctx); err != nil {
@@ -240,9 +257,9 @@ func (o *Options) complete() error {
 // nodeBinaries are what `make node-bins` builds.
 var nodeBinaries = []string{"containerd", "ctr", "containerd-shim-runc-v2", "runc", "kubelet"}
 
-// prepare makes the directories, the node IP, the cgroup root and the CNI
-// set-up.
-func (n *Node) prepare() error {
+// prepare makes the directories, the cgroup root, the network namespace
+// and the CNI set-up.
+func (n *Node) prepare(r *testnet.Range) error {
 	for _, d := range n.paths.dirs() {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -255,11 +272,9 @@ func (n *Node) prepare() error {
 	if err := makeCgroupRoot(n.cgroupName()); err != nil {
 		return err
 	}
-	added, err := addLoopbackIP(n.IP)
-	if err != nil {
+	if err := n.setupNetwork(r); err != nil {
 		return err
 	}
-	n.ipAdded = added
 	plugins := []string{
 		filepath.Join(n.opts.CNIBinDir, "ptp"),
 		filepath.Join(n.opts.CNIBinDir, "host-local"),
@@ -390,13 +405,14 @@ func (n *Node) Stop() {
 			killNode(n.Dir, false)
 		}
 		n.stopContainerd()
+		if n.api != nil {
+			n.api.close()
+		}
 		if n.Dir != "" {
 			// A shim containerd started while it was stopping.
 			killNode(n.Dir, true)
+			removeNetwork(n.Dir)
 			cleanNodeDir(n.Dir)
-		}
-		if n.ipAdded {
-			removeLoopbackIP(n.IP)
 		}
 		if n.c != nil && n.Name != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -108,9 +108,36 @@ func TestNodeRunsAPod(t *testing.T) {
 		return strings.Contains(string(b), "serve: listening on"), fmt.Errorf("log %q", b)
 	})
 
-	dir, cg := n.Dir, filepath.Base(n.Dir)
+	// In-cluster clients reach the apiserver from a pod's network and from
+	// the node's (hostNetwork), as the project's installer and controller do.
+	for _, hostNet := range []bool{false, true} {
+		name := fmt.Sprintf("api-hostnet-%v", hostNet)
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{
+				NodeName: n.Name, HostNetwork: hostNet, RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name: "report", Image: img.Ref, ImagePullPolicy: corev1.PullNever,
+					Args: []string{"report", "--out", "/dev/stdout"},
+				}},
+			},
+		}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`"user": "system:serviceaccount:%s:default"`, ns)
+		poll.Eventually(t, 2*time.Minute, name+" authenticated to the apiserver", func() (bool, error) {
+			b, err := c.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return false, err
+			}
+			return strings.Contains(string(b), want), fmt.Errorf("log %q", b)
+		})
+	}
+
+	dir, netns := n.Dir, n.Netns
 	n.Stop()
-	assertGone(t, dir, cg, n.IP, ip)
+	assertGone(t, dir, netns, ip)
 }
 
 // dialRead connects to addr and returns the line the peer writes.
@@ -137,10 +164,11 @@ func internalIP(node *corev1.Node) string {
 
 // assertGone checks that nothing of a stopped node is left: no process
 // naming its directory, no mount below it, the directory, its cgroups in
-// every hierarchy, its node IP on lo, the route to its pod, and no netns
-// or container log link of it.
-func assertGone(t *testing.T, dir, cgroup string, nodeIP, podIP netip.Addr) {
+// every hierarchy, its network namespace, the route to its pod, dead shim
+// sockets, and container log links into its directory.
+func assertGone(t *testing.T, dir, netns string, podIP netip.Addr) {
 	t.Helper()
+	cgroup := filepath.Base(dir)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -159,11 +187,10 @@ func assertGone(t *testing.T, dir, cgroup string, nodeIP, podIP netip.Addr) {
 	if len(cgs) > 0 {
 		t.Errorf("cgroups left: %v", cgs)
 	}
-	out, _ := exec.Command("ip", "-o", "addr", "show", "dev", "lo").Output()
-	if nodeIP.IsValid() && strings.Contains(string(out), " "+nodeIP.String()+"/") {
-		t.Errorf("node IP %s left on lo", nodeIP)
+	if _, err := os.Stat(netns); err == nil {
+		t.Errorf("network namespace %s left", netns)
 	}
-	out, _ = exec.Command("ip", "route", "show", podIP.String()).Output()
+	out, _ := exec.Command("ip", "route", "show", podIP.String()).Output()
 	if strings.TrimSpace(string(out)) != "" {
 		t.Errorf("route to the pod left: %s", out)
 	}
@@ -304,13 +331,15 @@ func TestKilledRun(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var dir, podIP string
+	var dir, netns, podIP string
 	var log strings.Builder
 	s := bufio.NewScanner(out)
 	for s.Scan() {
 		log.WriteString(s.Text() + "\n")
 		if v, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "KILLME "); ok {
-			dir, podIP, _ = strings.Cut(v, " ")
+			if f := strings.Fields(v); len(f) == 3 {
+				dir, netns, podIP = f[0], f[1], f[2]
+			}
 			break
 		}
 	}
@@ -324,9 +353,7 @@ func TestKilledRun(t *testing.T) {
 	}
 	realnode.SweepStale()
 	ip := netip.MustParseAddr(podIP)
-	// The node IP stays on lo until the address slot is reserved again
-	// (tests/harness/testnet); the rest must be gone now.
-	assertGone(t, dir, filepath.Base(dir), netip.Addr{}, ip)
+	assertGone(t, dir, netns, ip)
 }
 
 // TestHelperKilledNode is TestKilledRun's child: a node with a pod, then
@@ -344,7 +371,7 @@ func TestHelperKilledNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := waitRunning(t, c, ns, "web")
-	fmt.Printf("KILLME %s %s\n", n.Dir, pod.Status.PodIP)
+	fmt.Printf("KILLME %s %s %s\n", n.Dir, n.Netns, pod.Status.PodIP)
 	select {}
 }
 

@@ -147,7 +147,7 @@ func (n *Node) startRuntime(ctx context.Context) error {
 	cmd.Dir = n.Dir
 	// The shim is found on PATH.
 	cmd.Env = append(os.Environ(), "PATH="+n.paths.bin+":"+os.Getenv("PATH"))
-	p, err := proc.Start(cmd, "")
+	p, err := proc.Start(cmd, n.Netns)
 	if err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
