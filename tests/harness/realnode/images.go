@@ -21,22 +21,32 @@ type Image struct {
 
 var images struct {
 	sync.Mutex
-	tool  string
-	pause string
-	built map[string]Image
+	tool     string
+	pause    string
+	pauseBin string
+	built    map[string]Image
 }
 
 // imageDir is where the archives go (next to the test binaries).
 func imageDir() string { return filepath.Join(testbin.Dir(), "realnode-images") }
 
-// BuildImages builds the pause image (tests/cmd/pause) once per process;
-// Start needs it. StartForTest calls it.
+// BuildImages builds the pause program and image (tests/cmd/pause) once
+// per process; Start needs them. StartForTest calls it.
 func BuildImages(tb testbin.TB) {
 	tb.Helper()
 	img := ProgramImage(tb, "pause")
+	bin := testbin.Package(tb, "pause", "./tests/cmd/pause")
 	images.Lock()
-	images.pause = img.Archive
+	images.pause, images.pauseBin = img.Archive, bin
 	images.Unlock()
+}
+
+// pauseBinary is the pause program, which also holds each node's mount
+// namespace.
+func pauseBinary() string {
+	images.Lock()
+	defer images.Unlock()
+	return images.pauseBin
 }
 
 func pauseArchive() string {

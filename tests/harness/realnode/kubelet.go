@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -93,7 +92,7 @@ func (n *Node) startKubelet() error {
 		return err
 	}
 	defer f.Close()
-	cmd := exec.Command(filepath.Join(n.paths.bin, "kubelet"), n.kubeletArg...)
+	cmd := n.inNode(filepath.Join(n.paths.bin, "kubelet"), n.kubeletArg...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Dir = n.Dir
 	n.mu.Lock()

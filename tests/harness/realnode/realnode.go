@@ -20,9 +20,18 @@
 //	pod-logs/                                  kubelet's podLogsDir
 //	kubelet.yaml, kubelet.kubeconfig, *.log    kubelet's configuration, credentials and the logs
 //
-// and the cgroup /<basename of Dir> in every cgroup hierarchy as kubelet's
-// cgroupRoot (kubelet makes kubepods below it; cgroupfs driver, cgroup v1 is
-// accepted with failCgroupV1: false).
+// Kubelet, containerd (and so the shims, runc and the containers) run in a
+// mount namespace of the node's, slave to the host's, held by the pause
+// program: there the node's cni/net.d and cni/bin are bound at
+// HostCNIConfDir and HostCNIBinDir (/etc/cni/net.d, /opt/cni/bin), so a
+// DaemonSet that mounts those hostPaths (the project's installer) works on
+// this node's directories, and every mount the node makes stays in its
+// namespace and ends with it. Missing mount points are created on the host
+// and removed on teardown.
+//
+// The node also gets the cgroup /<basename of Dir> in every cgroup
+// hierarchy as kubelet's cgroupRoot (kubelet makes kubepods below it;
+// cgroupfs driver, cgroup v1 is accepted with failCgroupV1: false).
 //
 // Network: each node is a network namespace of its own (Node.Netns, named
 // by the address slot of tests/harness/testnet so a killed run's is removed
@@ -52,9 +61,9 @@
 // # Teardown
 //
 // Stop stops kubelet, kills every process in the node's cgroups and every
-// containerd-shim of the node's containerd, stops containerd, unmounts
-// everything below Dir (netns, rootfs, shm, kubelet's bind mount and volume
-// tmpfs), deletes the network namespace (with its veth and route), removes
+// containerd-shim of the node's containerd, stops containerd and the mount
+// namespace (with every mount in it: netns, rootfs, shm, kubelet's bind
+// mount and volume tmpfs), unmounts anything left below Dir, deletes the network namespace (with its veth and route), removes
 // the node's cgroups in every hierarchy, the files some parts write to fixed
 // host paths (symlinks in /var/log/containers into Dir,
 // /var/lib/cni/results entries of the node's netns, dead shim sockets in
@@ -162,6 +171,7 @@ type Node struct {
 	api                 *apiForward
 
 	mu         sync.Mutex
+	mountNS    *proc.Process
 	containerd *proc.Process
 	kubelet    *proc.Process
 	kubeletArg []string
@@ -198,6 +208,9 @@ func Start(ctx context.Context, c *cluster.Cluster, r *testnet.Range, opts Optio
 	}
 	n.paths = newPaths(n.Dir, opts.BinDir)
 	if err := n.prepare(r); err != nil {
+		return nil, fmt.Errorf("realnode %s: %w", n.Name, err)
+	}
+	if err := n.startMountNS(); err != nil {
 		return nil, fmt.Errorf("realnode %s: %w", n.Name, err)
 	}
 	if err := n.startRuntime(ctx); err != nil {
@@ -405,6 +418,7 @@ func (n *Node) Stop() {
 			killNode(n.Dir, false)
 		}
 		n.stopContainerd()
+		n.stopMountNS()
 		if n.api != nil {
 			n.api.close()
 		}

@@ -135,9 +135,13 @@ func TestNodeRunsAPod(t *testing.T) {
 		})
 	}
 
+	socks, err := n.ShimSockets(ctx)
+	if err != nil || len(socks) == 0 {
+		t.Fatalf("shim sockets %v: %v", socks, err)
+	}
 	dir, netns := n.Dir, n.Netns
 	n.Stop()
-	assertGone(t, dir, netns, ip)
+	assertGone(t, dir, netns, ip, socks)
 }
 
 // dialRead connects to addr and returns the line the peer writes.
@@ -166,7 +170,7 @@ func internalIP(node *corev1.Node) string {
 // naming its directory, no mount below it, the directory, its cgroups in
 // every hierarchy, its network namespace, the route to its pod, dead shim
 // sockets, and container log links into its directory.
-func assertGone(t *testing.T, dir, netns string, podIP netip.Addr) {
+func assertGone(t *testing.T, dir, netns string, podIP netip.Addr, shimSockets []string) {
 	t.Helper()
 	cgroup := filepath.Base(dir)
 	entries, _ := os.ReadDir("/proc")
@@ -194,12 +198,9 @@ func assertGone(t *testing.T, dir, netns string, podIP netip.Addr) {
 	if strings.TrimSpace(string(out)) != "" {
 		t.Errorf("route to the pod left: %s", out)
 	}
-	socks, _ := os.ReadDir("/run/containerd/s")
-	for _, s := range socks {
-		if c, err := net.Dial("unix", filepath.Join("/run/containerd/s", s.Name())); err == nil {
-			c.Close()
-		} else {
-			t.Errorf("dead shim socket left: %s (%v)", s.Name(), err)
+	for _, s := range shimSockets {
+		if _, err := os.Stat(s); err == nil {
+			t.Errorf("shim socket left: %s", s)
 		}
 	}
 	links, _ := os.ReadDir("/var/log/containers")
@@ -331,14 +332,14 @@ func TestKilledRun(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var dir, netns, podIP string
+	var dir, netns, podIP, socks string
 	var log strings.Builder
 	s := bufio.NewScanner(out)
 	for s.Scan() {
 		log.WriteString(s.Text() + "\n")
 		if v, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "KILLME "); ok {
-			if f := strings.Fields(v); len(f) == 3 {
-				dir, netns, podIP = f[0], f[1], f[2]
+			if f := strings.Fields(v); len(f) == 4 {
+				dir, netns, podIP, socks = f[0], f[1], f[2], f[3]
 			}
 			break
 		}
@@ -353,7 +354,7 @@ func TestKilledRun(t *testing.T) {
 	}
 	realnode.SweepStale()
 	ip := netip.MustParseAddr(podIP)
-	assertGone(t, dir, netns, ip)
+	assertGone(t, dir, netns, ip, strings.Split(socks, ","))
 }
 
 // TestHelperKilledNode is TestKilledRun's child: a node with a pod, then
@@ -371,7 +372,11 @@ func TestHelperKilledNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := waitRunning(t, c, ns, "web")
-	fmt.Printf("KILLME %s %s %s\n", n.Dir, n.Netns, pod.Status.PodIP)
+	socks, err := n.ShimSockets(context.Background())
+	if err != nil || len(socks) == 0 {
+		t.Fatalf("shim sockets %v: %v", socks, err)
+	}
+	fmt.Printf("KILLME %s %s %s %s\n", n.Dir, n.Netns, pod.Status.PodIP, strings.Join(socks, ","))
 	select {}
 }
 
