@@ -155,7 +155,7 @@ dashboard: toolchain
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the README's local walkthrough with kubectl
-test-manifests-integration: deps kube-bins helm
+test-manifests-integration: deps kube-bins node-bins helm
 	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
 ## helm: the Helm CLI pinned in tests/suites/manifests/go.mod (tool directive), into bin/helm

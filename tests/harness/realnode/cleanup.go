@@ -41,6 +41,9 @@ func SweepStale() {
 	// Sockets of shims that died with any earlier node (another process's
 	// sweep may have removed that node's directory first).
 	cleanHostSockets()
+	if !otherNodesRunning("") {
+		removeCreatedHostDirs()
+	}
 	for _, h := range cgroupHierarchies() {
 		names, _ := filepath.Glob(filepath.Join(h, DirPrefix+"*"))
 		for _, cg := range names {
@@ -312,7 +315,7 @@ func cleanHostPaths(dir string) {
 	cleanHostSockets()
 	if !otherNodesRunning(dir) {
 		_ = os.RemoveAll(devicePluginsDir)
-		removeCreatedHostDirs(dir)
+		removeCreatedHostDirs()
 	}
 	for _, d := range []string{shimSocketDir, "/run/containerd", containerLogLinks, cniResultsDir, "/var/lib/cni", "/var/lib/kubelet"} {
 		_ = syscall.Rmdir(d) // only when empty
@@ -352,8 +355,8 @@ func serves(path string) bool {
 	return true
 }
 
-// otherNodesRunning reports whether a process of another node (or any
-// kubelet) runs on the machine.
+// otherNodesRunning reports whether a process of a node other than the one
+// in dir (any node when dir is empty), or any kubelet, runs on the machine.
 func otherNodesRunning(dir string) bool {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -365,7 +368,7 @@ func otherNodesRunning(dir string) bool {
 			return true
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if bytes.Contains(b, []byte(filepath.Join(os.TempDir(), DirPrefix))) && !bytes.Contains(b, []byte(dir)) {
+		if bytes.Contains(b, []byte(filepath.Join(os.TempDir(), DirPrefix))) && (dir == "" || !bytes.Contains(b, []byte(dir))) {
 			return true
 		}
 	}

@@ -20,9 +20,10 @@ const (
 	HostCNIBinDir  = "/opt/cni/bin"
 )
 
-// createdHostDirsFile in the node's directory lists the host directories
-// the node created as mount points, removed on teardown when empty.
-const createdHostDirsFile = "created-host-dirs"
+// createdMarker is the file a node leaves in a mount point it created on
+// the host (listing the directories it created, deepest first); the last
+// node to go removes them.
+const createdMarker = ".ccr-realnode-created"
 
 // startMountNS starts the holder of the node's mount namespace (the pause
 // program under unshare, mounts slave to the host's: the host's mounts are
@@ -83,7 +84,7 @@ func (n *Node) stopMountNS() {
 	}
 }
 
-// makeHostDir creates a missing mount point and records it.
+// makeHostDir creates a missing mount point and marks it as created.
 func (n *Node) makeHostDir(d string) error {
 	if _, err := os.Stat(d); err == nil {
 		return nil
@@ -100,23 +101,21 @@ func (n *Node) makeHostDir(d string) error {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(n.Dir, createdHostDirsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = f.WriteString(strings.Join(created, "\n") + "\n")
-	return err
+	return os.WriteFile(filepath.Join(d, createdMarker), []byte(strings.Join(created, "\n")+"\n"), 0o644)
 }
 
-// removeCreatedHostDirs removes the mount points the node created, when
-// empty (deepest first, as recorded).
-func removeCreatedHostDirs(dir string) {
-	b, err := os.ReadFile(filepath.Join(dir, createdHostDirsFile))
-	if err != nil {
-		return
-	}
-	for _, d := range strings.Fields(string(b)) {
-		_ = os.Remove(d) // fails when not empty or still a mount point elsewhere
+// removeCreatedHostDirs removes the mount points nodes created, when no
+// node runs any more (removing a directory that is a mount point in a live
+// node's namespace would take the node's bind mount away).
+func removeCreatedHostDirs() {
+	for _, d := range []string{HostCNIConfDir, HostCNIBinDir} {
+		b, err := os.ReadFile(filepath.Join(d, createdMarker))
+		if err != nil {
+			continue
+		}
+		_ = os.Remove(filepath.Join(d, createdMarker))
+		for _, c := range strings.Fields(string(b)) {
+			_ = os.Remove(c) // only when empty
+		}
 	}
 }
