@@ -391,3 +391,44 @@ func pidsNaming(dir string) []string {
 	}
 	return out
 }
+
+// A pod's traffic to the test's "external" namespace (the ground truth of
+// the race scenarios) leaves through the node's namespace and the host and
+// is answered; the answer comes back the same way.
+func TestPodReachesExternal(t *testing.T) {
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	ext := r.NewExternal(t)
+	l, err := ext.Listen("tcp", netip.AddrPortFrom(ext.V4, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(conn, "external")
+			conn.Close()
+		}
+	}()
+	img := realnode.ProgramImage(t, "podprog")
+	n := realnode.StartForTest(t, c, r, realnode.Options{Images: []string{img.Archive}})
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	p := servePod(ns, "probe", n.Name, img, "")
+	p.Spec.Containers[0].Args = []string{"probe", "--target", l.Addr().String()}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, c, ns, "probe")
+	poll.Eventually(t, time.Minute, "the pod reaches the external service", func() (bool, error) {
+		b, err := c.Client.CoreV1().Pods(ns).GetLogs("probe", &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		return strings.Contains(string(b), " bypass "), fmt.Errorf("log %q", b)
+	})
+}
