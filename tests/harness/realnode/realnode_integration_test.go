@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -61,7 +63,9 @@ func waitRunning(t *testing.T, c *cluster.Cluster, ns, name string) *corev1.Pod 
 
 // A real node joins and becomes Ready; a FROM-scratch pod runs with an
 // address from the node's conflist, answers the host, and its log is read
-// through the apiserver (kubelet reached by its InternalIP). After Stop,
+// through the apiserver (kubelet reached by its InternalIP), kubectl logs
+// and exec work, in-cluster clients authenticate from the pod network and
+// the node's (hostNetwork). After Stop,
 // nothing of the node is left on the machine.
 func TestNodeRunsAPod(t *testing.T) {
 	c := cluster.Shared(t)
@@ -107,6 +111,19 @@ func TestNodeRunsAPod(t *testing.T) {
 		}
 		return strings.Contains(string(b), "serve: listening on"), fmt.Errorf("log %q", b)
 	})
+
+	// kubectl logs and exec, through the apiserver to kubelet at the node IP
+	// and on to containerd's stream server.
+	kubectl := kubectlPath(t)
+	out, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "logs", "web").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "serve: listening on") {
+		t.Errorf("kubectl logs: %v: %s", err, out)
+	}
+	out, err = exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "exec", "web", "--",
+		"/usr/local/bin/podprog", "exit", "--code", "3", "--message", "from exec", "--termination-log", "/dev/null").CombinedOutput()
+	if code := exitCode(err); code != 3 || !strings.Contains(string(out), "from exec") {
+		t.Errorf("kubectl exec: exit %d (%v), output %q; want 3 and the message", code, err, out)
+	}
 
 	// In-cluster clients reach the apiserver from a pod's network and from
 	// the node's (hostNetwork), as the project's installer and controller do.
@@ -431,4 +448,29 @@ func TestPodReachesExternal(t *testing.T) {
 		}
 		return strings.Contains(string(b), " bypass "), fmt.Errorf("log %q", b)
 	})
+}
+
+// kubectlPath is kubectl of the control plane's binaries (make kube-bins).
+func kubectlPath(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CCR_KUBE_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
+	}
+	p := filepath.Join(dir, "kubectl")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("kubectl not found in %s: build it with `make kubectl`", dir)
+	}
+	return p
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
