@@ -74,14 +74,23 @@
 //
 // # API
 //
-//	n, err := realnode.Start(ctx, c, r, realnode.Options{Images: []string{archive}})
+//	realnode.BuildImages(tb)                                    // the pause program and image (StartForTest does it)
+//	n, err := realnode.Start(ctx, c, r, realnode.Options{CNIBinDir: realnode.CNIPluginDir(tb), Images: archives})
+//	n.WaitReady(ctx)                                            // Ready since kubelet's last start; n.ReadyAfter()
 //	n := realnode.StartForTest(t, c, r, realnode.Options{...}) // Ready on return, stopped by t.Cleanup
 //	img := realnode.ProgramImage(t, "podprog")                   // tests/cmd/podprog as ccr.test/podprog:v1
+//	imgs := realnode.ProjectImages(t, "v0.1.0")                  // the project's images, as the manifests name them
+//	Options{Images: realnode.Archives(imgs...), Taints: ..., Labels: ..., ConfList: ..., NoConfList: true}
+//	n.Name, n.IP, n.Subnet, n.Dir, n.Netns                       // identity, node IP, pods' /24, directory, network namespace
+//	n.ConfDir(), n.CNIBinDir(), n.ConfList(), n.DefaultConfList()
 //	n.WriteConfList(data)        // replace the node's conflist (containerd reads it for the next sandbox)
 //	n.ImportImage(ctx, archive)  // ctr -n k8s.io images import
+//	n.Ctr(ctx, args...)          // any ctr command against the node's containerd (namespace k8s.io)
 //	n.Restart(ctx, hook)         // a reboot: stop kubelet and containerd, lose every sandbox, hook, start both
-//	n.Usage()                    // RSS of kubelet, containerd and the shims
+//	n.Usage()                    // RSS of kubelet, containerd, the shims and the pods
+//	n.KubeletLog(), n.ContainerdLog()
 //	n.Stop()
+//	realnode.SweepStale()        // what killed runs left (Start calls it)
 package realnode
 
 import (
