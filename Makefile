@@ -17,6 +17,7 @@ export PATH := $(GO_PREFIX)/bin:$(PATH)
 BIN         := bin
 CACHE       := .cache
 KUBE_BIN    := $(CACHE)/kube/bin
+NODE_BIN    := $(CACHE)/node/bin
 CNI_BIN     := $(CACHE)/cni/bin
 NODES       ?= 1
 GOTEST      ?= $(GO) test
@@ -30,6 +31,7 @@ export CCR_SDK_NFT_GOTOOLCHAIN := $(SDK_NFT_GOTOOLCHAIN)
 CORPUS_N    ?= 2000
 export CCR_KUBE_BIN_DIR := $(abspath $(KUBE_BIN))
 export CCR_CNI_BIN_DIR  := $(abspath $(CNI_BIN))
+export CCR_NODE_BIN_DIR := $(abspath $(NODE_BIN))
 
 # One version string for every binary, image and manifest (hack/version.sh).
 VERSION     ?= $(shell ./hack/version.sh)
@@ -53,7 +55,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins kubectl cni-bins test test-unit test-privileged test-corpus test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-unit test-privileged test-corpus test-integration \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
@@ -110,6 +112,11 @@ deps: toolchain
 kube-bins: toolchain
 	@./hack/build-kube.sh $(abspath $(KUBE_BIN))
 
+## node-bins: what a real test node runs (tests/harness/realnode): containerd, ctr, containerd-shim-runc-v2 and runc
+## (tests/node/go.mod), kubelet v1.37.2 (tests/kube); installs libseccomp-dev (cold: ~5 min with a warm kube cache)
+node-bins: toolchain
+	@./hack/build-node.sh $(abspath $(NODE_BIN))
+
 ## kubectl: kubectl v1.37.2 (k8s.io/kubectl) into .cache/kube/bin, for the local cluster (make cluster)
 kubectl: toolchain
 	@./hack/build-kube.sh $(abspath $(KUBE_BIN)) kubectl
@@ -138,7 +145,7 @@ test-corpus: deps
 	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 30m -v -run 'Corpus|Oracle' \
 		./tests/suites/sdkcorpus -args -corpus.seed=$(CORPUS_SEED)
 
-test-integration: deps kube-bins
+test-integration: deps kube-bins node-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
 	$(MAKE) test-manifests-integration
 
@@ -163,7 +170,7 @@ dashboard: toolchain
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the README's local walkthrough with kubectl
-test-manifests-integration: deps kube-bins helm
+test-manifests-integration: deps kube-bins node-bins helm
 	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
 ## helm: the Helm CLI pinned in tests/suites/manifests/go.mod (tool directive), into bin/helm
