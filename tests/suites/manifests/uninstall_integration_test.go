@@ -198,7 +198,7 @@ func nodeClean(ctx context.Context, cs kubernetes.Interface, name string) error 
 func assertNothingOfOurs(t *testing.T, n *simnode.Node) {
 	t.Helper()
 	for _, f := range []string{filepath.Join(n.ConfDir(), cniconf.KubeconfigFileName), filepath.Join(n.ConfDir(), cniconf.TokenFileName),
-		filepath.Join(n.ConfDir(), cniconf.OwnerFileName),
+		filepath.Join(n.ConfDir(), cniconf.OwnerFileName), filepath.Join(n.BinDir(), cniconf.StagedBinaryName),
 		filepath.Join(n.BinDir(), cniconf.PluginType)} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("node %s: %s left", n.Name(), f)
