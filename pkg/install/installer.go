@@ -140,6 +140,7 @@ type PassResult struct {
 // credentials is returned but does not stop the chaining.
 func (in *Installer) Reconcile(ctx context.Context) (PassResult, error) {
 	log := klog.FromContext(ctx)
+	start := time.Now()
 	var st PassResult
 	st, err := in.reconcile(ctx, st)
 	switch {
@@ -151,7 +152,7 @@ func (in *Installer) Reconcile(ctx context.Context) (PassResult, error) {
 		in.cfg.Metrics.reconciled(ResultChained, true)
 	}
 	if len(st.Wrote) > 0 {
-		log.Info("Updated the node's CNI installation", "wrote", st.Wrote, "primary", st.Primary)
+		log.Info("Updated the node's CNI installation", "wrote", st.Wrote, "primary", st.Primary, "took", time.Since(start).String())
 	}
 	return st, err
 }
