@@ -290,8 +290,9 @@ func TestInstallerLifecycle(t *testing.T) {
 	if bytes.Contains(b, []byte("consul-cni")) {
 		t.Fatalf("chain entry left after uninstall:\n%s", b)
 	}
-	for _, f := range []string{filepath.Join(n.bin, "consul-cni"), filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName)} {
-		if _, err := os.Stat(f); err == nil {
+	for _, f := range []string{filepath.Join(n.bin, cniconf.PluginType), filepath.Join(n.bin, cniconf.StagedBinaryName),
+		filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.net, cniconf.OwnerFileName)} {
+		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("%s left after uninstall", f)
 		}
 	}

@@ -20,8 +20,10 @@ const (
 	// KubeconfigFileName is the plugin's kubeconfig the installer writes
 	// inside the CNI net dir. The chain entry names it relative to
 	// cni_net_dir. It has no CNI config extension, so no runtime ever reads
-	// it as a network.
-	KubeconfigFileName = "ZZZ-consul-cni-kubeconfig"
+	// it as a network. It differs from ConsulK8sKubeconfigFileName: consul-k8s's
+	// installer removes that file when its pod stops, and a chain whose
+	// kubeconfig is gone is one the plugin takes for an uninstalled node.
+	KubeconfigFileName = "ZZZ-consul-cni-repair-kubeconfig"
 	// TokenFileName is the copy of the installer's service-account token
 	// the plugin's kubeconfig points at with tokenFile.
 	TokenFileName = "ZZZ-consul-cni-token"
@@ -32,6 +34,17 @@ const (
 	// ConsulK8sKubeconfigFileName is the kubeconfig consul-k8s's own
 	// installer writes into the CNI net dir (possibly with a "-<suffix>").
 	ConsulK8sKubeconfigFileName = "ZZZ-consul-cni-kubeconfig"
+	// LegacyKubeconfigFileName is where earlier installers of ours
+	// wrote the plugin's kubeconfig: the same name as consul-k8s's. An
+	// installer takes such a file over (and removes it) only when it is
+	// ours: its user authenticates with tokenFile naming TokenFileName and
+	// embeds no credential, where consul-k8s's embeds a token.
+	LegacyKubeconfigFileName = ConsulK8sKubeconfigFileName
+	// StagedBinaryName is a copy of the plugin binary the installer keeps
+	// in the CNI bin directory, under a name no chain entry's type ever
+	// names (it starts with a dot), so that putting the plugin back after
+	// another installer removed it is a rename, not a copy.
+	StagedBinaryName = ".consul-cni-repair-staged"
 )
 
 // Settings are the chain-entry keys consul-k8s writes and the plugin reads.

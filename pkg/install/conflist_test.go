@@ -65,7 +65,7 @@ func TestChainInline(t *testing.T) {
 		{name: "last but other settings", in: `{"name":"n","plugins":[{"type":"ptp"},` + string(otherEntry) + `]}`,
 			wantTypes: "ptp,consul-cni", wantChanged: true},
 		{name: "same entry, other key order and spacing", in: `{"name":"n","plugins":[{"type":"ptp"},
-			{"multus":false,"type":"consul-cni","log_level":"info","kubeconfig":"ZZZ-consul-cni-kubeconfig",
+			{"multus":false,"type":"consul-cni","log_level":"info","kubeconfig":"` + cniconf.KubeconfigFileName + `",
 			 "cni_net_dir":"/etc/cni/net.d","cni_bin_dir":"/opt/cni/bin","name":"consul-cni"}]}`,
 			wantTypes: "ptp,consul-cni", wantChanged: false},
 		{name: "empty plugin list", in: `{"name":"n","plugins":[]}`, wantTypes: "consul-cni", wantChanged: true},

@@ -9,8 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // errConflict means a file changed between the installer reading it and
@@ -242,9 +245,12 @@ func sameBinary(src, dst string) (bool, error) {
 	return sameContent(src, dst)
 }
 
-// installBinary copies src into dir under name unless an identical file is
-// already there. The copy is written beside the target and renamed over
-// it: a runtime executing the plugin at that moment runs either the old or
+// installBinary puts src into dir under name unless an identical file is
+// already there. When the staged copy (stageBinary) is identical to src it
+// is renamed into place: putting the plugin back after another installer
+// removed it is then a metadata operation, not a copy of megabytes.
+// Otherwise src is copied beside the target and renamed over it. Either
+// way a runtime executing the plugin at that moment runs either the old or
 // the new binary, and a running old binary is not disturbed.
 func installBinary(src, dir, name string) (changed bool, err error) {
 	dst := filepath.Join(dir, name)
@@ -253,18 +259,60 @@ func installBinary(src, dir, name string) (changed bool, err error) {
 			return false, nil
 		}
 	}
+	staged := filepath.Join(dir, cniconf.StagedBinaryName)
+	if isStaged(src, staged) {
+		if err := os.Rename(staged, dst); err == nil {
+			syncDir(dir)
+			return true, nil
+		}
+	}
+	if err := copyBinary(src, dst); err != nil {
+		return false, fmt.Errorf("installing plugin binary as %s: %w", dst, err)
+	}
+	return true, nil
+}
+
+// isStaged reports whether staged is an executable regular file identical
+// to src.
+func isStaged(src, staged string) bool {
+	st, err := os.Lstat(staged)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 != 0o111 {
+		return false
+	}
+	same, err := sameBinary(src, staged)
+	return err == nil && same
+}
+
+// stageBinary keeps a copy of src in dir under cniconf.StagedBinaryName,
+// for installBinary to rename into place; changed tells whether it wrote.
+func stageBinary(src, dir string) (changed bool, err error) {
+	staged := filepath.Join(dir, cniconf.StagedBinaryName)
+	if isStaged(src, staged) {
+		return false, nil
+	}
+	if err := copyBinary(src, staged); err != nil {
+		return false, fmt.Errorf("staging the plugin binary as %s: %w", staged, err)
+	}
+	return true, nil
+}
+
+// copyBinary copies src to dst, executable, with src's modification time
+// (which sameBinary relies on): written and synced beside dst, then
+// renamed over it.
+func copyBinary(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
-		return false, fmt.Errorf("plugin binary: %w", err)
+		return fmt.Errorf("plugin binary: %w", err)
 	}
 	defer in.Close()
 	srcStat, err := in.Stat()
 	if err != nil {
-		return false, fmt.Errorf("plugin binary: %w", err)
+		return fmt.Errorf("plugin binary: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	dir, name := filepath.Split(dst)
+	f, err := os.CreateTemp(dir, "."+strings.TrimPrefix(name, ".")+".*.tmp")
 	if err != nil {
-		return false, fmt.Errorf("plugin binary: %w", err)
+		return err
 	}
 	tmp := f.Name()
 	ok := false
@@ -275,24 +323,24 @@ func installBinary(src, dir, name string) (changed bool, err error) {
 		}
 	}()
 	if _, err := io.Copy(f, in); err != nil {
-		return false, fmt.Errorf("copying plugin binary to %s: %w", dir, err)
+		return fmt.Errorf("copying %s: %w", src, err)
 	}
 	if err := f.Chmod(0o755); err != nil {
-		return false, err
+		return err
 	}
 	if err := f.Sync(); err != nil {
-		return false, err
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return false, err
+		return err
 	}
 	if err := os.Chtimes(tmp, srcStat.ModTime(), srcStat.ModTime()); err != nil {
-		return false, err
+		return err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
-		return false, fmt.Errorf("installing plugin binary as %s: %w", dst, err)
+		return err
 	}
 	ok = true
-	syncDir(dir)
-	return true, nil
+	syncDir(filepath.Clean(dir))
+	return nil
 }

@@ -144,6 +144,7 @@ type PassResult struct {
 // credentials is returned but does not stop the chaining.
 func (in *Installer) Reconcile(ctx context.Context) (PassResult, error) {
 	log := klog.FromContext(ctx)
+	start := time.Now()
 	var st PassResult
 	st, err := in.reconcile(ctx, st)
 	switch {
@@ -155,7 +156,7 @@ func (in *Installer) Reconcile(ctx context.Context) (PassResult, error) {
 		in.cfg.Metrics.reconciled(ResultChained, true)
 	}
 	if len(st.Wrote) > 0 {
-		log.Info("Updated the node's CNI installation", "wrote", st.Wrote, "primary", st.Primary)
+		log.Info("Updated the node's CNI installation", "wrote", st.Wrote, "primary", st.Primary, "took", time.Since(start).String())
 	}
 	return st, err
 }
@@ -199,7 +200,36 @@ func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, 
 		}
 	}
 	st, err = in.ensureChain(ctx, st)
+	if err != nil || st.Waiting {
+		return st, errors.Join(credErr, err)
+	}
+	st, err = in.afterChain(ctx, st)
 	return st, errors.Join(credErr, err)
+}
+
+// afterChain does what can wait until the chain is complete: it stages a
+// copy of the binary for the next restore, and removes the kubeconfig an
+// earlier installer of ours wrote under the name consul-k8s's installer
+// also uses (the entry names ours now).
+func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult, error) {
+	var errs []error
+	staged, err := stageBinary(in.cfg.PluginBinary, in.cfg.BinDir)
+	errs = append(errs, err)
+	if staged {
+		st.Wrote = append(st.Wrote, "staged binary")
+	}
+	if in.cfg.Client != nil {
+		legacy := filepath.Join(in.cfg.NetDir, cniconf.LegacyKubeconfigFileName)
+		if in.legacyKubeconfigIsOurs() {
+			if err := removeIfExists(legacy); err != nil {
+				errs = append(errs, fmt.Errorf("removing the kubeconfig %s an earlier installer wrote: %w", legacy, err))
+			} else {
+				st.Wrote = append(st.Wrote, "removed "+cniconf.LegacyKubeconfigFileName)
+				klog.FromContext(ctx).Info("Removed the plugin kubeconfig an earlier installer wrote", "file", legacy, "now", cniconf.KubeconfigFileName)
+			}
+		}
+	}
+	return st, errors.Join(errs...)
 }
 
 // writeCredentials writes the token copy (see token.go for which token
@@ -465,7 +495,7 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 			if !ok {
 				return errors.New("file watcher closed")
 			}
-			if isOwnTemp(ev.Name) {
+			if isOwnTemp(ev.Name) || filepath.Base(ev.Name) == cniconf.StagedBinaryName {
 				continue
 			}
 			log.V(4).Info("File event", "event", ev.String())

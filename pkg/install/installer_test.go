@@ -333,7 +333,7 @@ func TestBinaryAtomicCopy(t *testing.T) {
 		t.Fatalf("Ready with an outdated binary = %v", err)
 	}
 	st, err := in.Reconcile(context.Background())
-	if err != nil || fmt.Sprint(st.Wrote) != "[binary]" {
+	if err != nil || fmt.Sprint(st.Wrote) != "[binary staged binary]" {
 		t.Fatalf("wrote %v, err %v", st.Wrote, err)
 	}
 	got, _ := os.ReadFile(dst)
@@ -348,10 +348,14 @@ func TestBinaryAtomicCopy(t *testing.T) {
 	if err := in.VerifyInstalled(); err != nil {
 		t.Fatal(err)
 	}
-	// No temporary files left behind.
+	// No temporary files left behind: the binary and its staged copy.
 	ents, _ := os.ReadDir(n.bin)
-	if len(ents) != 1 {
-		t.Errorf("bin dir holds %v", ents)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if want := cniconf.StagedBinaryName + " " + cniconf.PluginType; strings.Join(names, " ") != want {
+		t.Errorf("bin dir holds %v, want %s", names, want)
 	}
 }
 
@@ -706,7 +710,8 @@ func TestBinaryCorruptedInPlace(t *testing.T) {
 	if err := in.VerifyInstalled(); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("Ready with a corrupted binary = %v", err)
 	}
-	if st := reconcile(t, in); fmt.Sprint(st.Wrote) != "[binary]" {
+	// The staged copy is put in place, then staged again.
+	if st := reconcile(t, in); fmt.Sprint(st.Wrote) != "[binary staged binary]" {
 		t.Fatalf("wrote %v", st.Wrote)
 	}
 	if err := in.VerifyInstalled(); err != nil {

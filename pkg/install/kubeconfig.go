@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // ClientSource is what the plugin's kubeconfig is derived from: the
@@ -115,4 +118,39 @@ func PluginKubeconfig(s ClientSource, hostTokenPath string) ([]byte, error) {
 		CurrentContext: "consul-cni",
 	}
 	return clientcmd.Write(cfg)
+}
+
+// ownKubeconfig reports whether a kubeconfig is one an installer of ours
+// wrote: every user authenticates with a tokenFile named
+// cniconf.TokenFileName and nothing else (no embedded token, certificate,
+// exec or auth provider). consul-k8s's installer embeds a token in its
+// kubeconfig, so a file of its under the same name is never taken for
+// ours. A file that does not parse is not ours either.
+func ownKubeconfig(b []byte) bool {
+	cfg, err := clientcmd.Load(b)
+	if err != nil || len(cfg.AuthInfos) == 0 {
+		return false
+	}
+	for _, a := range cfg.AuthInfos {
+		switch {
+		case a == nil, a.Token != "", filepath.Base(a.TokenFile) != cniconf.TokenFileName,
+			a.ClientCertificate != "", len(a.ClientCertificateData) > 0, a.Exec != nil, a.AuthProvider != nil,
+			a.Username != "", a.Password != "":
+			return false
+		}
+	}
+	return true
+}
+
+// legacyKubeconfigIsOurs reports whether the file under
+// cniconf.LegacyKubeconfigFileName is a kubeconfig an earlier installer of
+// ours wrote (and not consul-k8s's, which shares the name).
+func (in *Installer) legacyKubeconfigIsOurs() bool {
+	path := filepath.Join(in.cfg.NetDir, cniconf.LegacyKubeconfigFileName)
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && ownKubeconfig(b)
 }

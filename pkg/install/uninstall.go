@@ -32,8 +32,8 @@ func (r UninstallResult) Found() bool { return len(r.Removed) > 0 }
 // Uninstall removes what the installer added: converted files are
 // restored, its consul-cni entries leave every configuration list (inline
 // and plugin directories), retried while other writers change the lists,
-// and only once every list is clean are the kubeconfig, token and binary
-// removed, so no chain ever names a missing binary or credentials. A
+// and only once every list is clean are the kubeconfig (under either name,
+// when ours), token, owner file, staged binary and binary removed, so no chain ever names a missing binary or credentials. A
 // consul-cni entry of another installer (one naming another kubeconfig) is
 // left in place and so is the binary it runs. Both directories must exist.
 // It must run only once no installer of ours runs on the node any more.
@@ -63,9 +63,11 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 		return res, fmt.Errorf("consul-cni entries came back in %v; the plugin's binary and credentials are kept", ours)
 	}
 	var errs []error
-	for _, f := range []string{filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName), filepath.Join(in.cfg.NetDir, cniconf.TokenFileName), filepath.Join(in.cfg.NetDir, cniconf.OwnerFileName)} {
-		errs = append(errs, in.remove(f, &res))
+	for _, f := range in.ownNetFiles() {
+		errs = append(errs, in.remove(filepath.Join(in.cfg.NetDir, f), &res))
 	}
+	// The staged copy goes in any case: no runtime runs it.
+	errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, cniconf.StagedBinaryName), &res))
 	if len(foreign) > 0 {
 		res.KeptBinary = true
 		klog.FromContext(ctx).Info("Keeping the plugin binary: another installer's entry still names it", "files", foreign)
@@ -73,6 +75,23 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 		errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, cniconf.PluginType), &res))
 	}
 	return res, errors.Join(errs...)
+}
+
+// ownNetFiles lists the files of the installer's in the net dir that
+// exist: kubeconfig, token, owner file, and the kubeconfig under the name
+// earlier installers of ours used when that file is theirs (never
+// consul-k8s's under the same name).
+func (in *Installer) ownNetFiles() []string {
+	var files []string
+	for _, f := range []string{cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName} {
+		if exists(filepath.Join(in.cfg.NetDir, f)) {
+			files = append(files, f)
+		}
+	}
+	if in.legacyKubeconfigIsOurs() {
+		files = append(files, cniconf.LegacyKubeconfigFileName)
+	}
+	return files
 }
 
 func (in *Installer) remove(path string, res *UninstallResult) error {
@@ -87,7 +106,9 @@ func (in *Installer) remove(path string, res *UninstallResult) error {
 }
 
 // isOurs reports whether a chain entry is the installer's: type consul-cni
-// and the kubeconfig the installer writes.
+// and the kubeconfig the installer writes, or the name earlier installers
+// of ours wrote it under while the file there is theirs (consul-k8s's
+// installer uses that name too).
 func (in *Installer) isOurs(raw []byte) bool {
 	var e PluginConfig
 	if json.Unmarshal(raw, &e) != nil || e.Type != cniconf.PluginType {
@@ -97,7 +118,7 @@ func (in *Installer) isOurs(raw []byte) bool {
 	if filepath.IsAbs(kc) && filepath.Dir(kc) == filepath.Clean(in.cfg.HostNetDir) {
 		kc = filepath.Base(kc)
 	}
-	return kc == in.Entry().Kubeconfig
+	return kc == in.Entry().Kubeconfig || kc == cniconf.LegacyKubeconfigFileName && in.legacyKubeconfigIsOurs()
 }
 
 // restoreConverted puts back the single-network files a conversion set
@@ -242,7 +263,8 @@ func (in *Installer) entriesLeft() (ours, foreign []string, err error) {
 
 // Leftovers lists what of the installer's is still on the node: its entries
 // in configuration lists and plugin directories, set-aside files, the
-// kubeconfig, the token, and the binary unless another installer's entry
+// kubeconfig (also one under the earlier name when it is ours), the token,
+// the owner file, the staged binary, and the binary unless another installer's entry
 // names it. Empty means the node is clean (the uninstall mode's readiness).
 func (in *Installer) Leftovers() ([]string, error) {
 	var left []string
@@ -282,10 +304,9 @@ func (in *Installer) Leftovers() ([]string, error) {
 			}
 		}
 	}
-	for _, f := range []string{cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName} {
-		if exists(filepath.Join(in.cfg.NetDir, f)) {
-			left = append(left, f)
-		}
+	left = append(left, in.ownNetFiles()...)
+	if exists(filepath.Join(in.cfg.BinDir, cniconf.StagedBinaryName)) {
+		left = append(left, cniconf.StagedBinaryName)
 	}
 	if exists(filepath.Join(in.cfg.BinDir, cniconf.PluginType)) {
 		_, foreign, err := in.entriesLeft()

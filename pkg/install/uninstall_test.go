@@ -143,7 +143,7 @@ func TestLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName, cniconf.PluginType}
+	want := []string{"10-flannel.conf" + BackupSuffix, "10-flannel.conflist: entry", cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName, cniconf.StagedBinaryName, cniconf.PluginType}
 	if strings.Join(left, ",") != strings.Join(want, ",") {
 		t.Fatalf("leftovers %v, want %v", left, want)
 	}

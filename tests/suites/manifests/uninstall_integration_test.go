@@ -205,7 +205,7 @@ type cniNode interface {
 func assertNothingOfOurs(t *testing.T, n cniNode) {
 	t.Helper()
 	for _, f := range []string{filepath.Join(n.ConfDir(), cniconf.KubeconfigFileName), filepath.Join(n.ConfDir(), cniconf.TokenFileName),
-		filepath.Join(n.ConfDir(), cniconf.OwnerFileName),
+		filepath.Join(n.ConfDir(), cniconf.OwnerFileName), filepath.Join(n.BinDir(), cniconf.StagedBinaryName),
 		filepath.Join(n.BinDir(), cniconf.PluginType)} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("node %s: %s left", n.Name(), f)
