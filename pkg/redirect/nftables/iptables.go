@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 
-	gnft "github.com/google/nftables"
-
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
@@ -29,35 +27,25 @@ type IptablesRules struct {
 func (r IptablesRules) Any() bool { return r.NFT || r.Legacy }
 
 // FindIptablesRules looks for iptables rules of ours in the namespace at
-// nsPath, without running any iptables tool: one netlink dump for nf_tables
-// and one read of ip_tables_names / ip6_tables_names inside the namespace.
-// A missing namespace has none.
+// nsPath, without running any iptables tool: one netlink dump of the chains
+// of every family, and one read of ip_tables_names / ip6_tables_names
+// inside the namespace. A missing namespace has none.
 func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
 	var found IptablesRules
 	if err := ctx.Err(); err != nil {
 		return found, err
 	}
-	c, legacyNat, closeConn, err := conn(nsPath)
+	rc, legacyNat, err := dialRaw(nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return found, nil
 	}
 	if err != nil {
 		return found, err
 	}
-	defer closeConn()
-	return findIptables(c, nsPath, legacyNat)
-}
-
-func findIptables(c *gnft.Conn, nsPath string, legacyNat bool) (IptablesRules, error) {
-	found := IptablesRules{Legacy: legacyNat}
-	for _, fam := range []gnft.TableFamily{gnft.TableFamilyIPv4, gnft.TableFamilyIPv6} {
-		chains, err := c.ListChainsOfTableFamily(fam)
-		if err != nil {
-			return found, fmt.Errorf("netns %s: listing chains: %w", nsPath, err)
-		}
-		for _, ch := range chains {
-			found.NFT = found.NFT || (ch.Table != nil && ch.Table.Name == redirect.Table && redirect.IsOurChain(ch.Name))
-		}
+	defer rc.close()
+	found.Legacy = legacyNat
+	if found.NFT, err = rc.iptablesChains(); err != nil {
+		return found, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
 	return found, nil
 }
