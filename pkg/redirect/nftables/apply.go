@@ -91,7 +91,7 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rc, _, err := dialRaw(nsPath)
+	rc, _, err := dialRaw(ctx, nsPath)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesR
 	if err := ctx.Err(); err != nil {
 		return IptablesRules{}, err
 	}
-	rc, legacyNat, err := dialRaw(nsPath)
+	rc, legacyNat, err := dialRaw(ctx, nsPath)
 	if err != nil {
 		return IptablesRules{}, err
 	}

@@ -1,9 +1,12 @@
 package nftables
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
+	"time"
 
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
@@ -14,14 +17,15 @@ import (
 
 // The hot path of a first ADD speaks netlink itself rather than through
 // google/nftables' Conn, whose batches ask the kernel to acknowledge every
-// message and to echo every rule back (two receives per rule). Here a
-// namespace gets one netlink socket, one dump (the chains of every family,
-// for the iptables leftovers) and one batch in which only the last message
-// asks for an acknowledgement: the kernel reports an error for any message
-// that fails and for a failed commit (on the batch's first message) before
-// that acknowledgement, so reading up to it says whether the transaction
-// was committed. The expressions are encoded by google/nftables' expr
-// package, as the Conn would.
+// message and to echo every rule back (two receives per rule), over a
+// socket registered with the runtime's poller. Here a namespace gets one
+// plain socket, one dump (the chains of every family, for the iptables
+// leftovers) and one batch in which only the last message asks for an
+// acknowledgement: the kernel reports an error for any message that fails
+// and for a failed commit (on the batch's first message) before that
+// acknowledgement, so reading up to it says whether the transaction was
+// committed. The expressions are encoded by google/nftables' expr package,
+// as the Conn would; Check reads the result back through the Conn.
 
 const (
 	nfprotoIPv4 = unix.NFPROTO_IPV4
@@ -29,33 +33,111 @@ const (
 	nfprotoINet = unix.NFPROTO_INET
 )
 
-// rawConn is a netlink socket to nf_tables bound to a namespace.
-type rawConn struct{ c *netlink.Conn }
+// rawConn is a netlink socket to nf_tables bound to a namespace: a plain
+// blocking socket (no poller registration, no goroutine handoff; the kernel
+// has queued its answer by the time send returns), with a receive timeout
+// from the caller's deadline.
+type rawConn struct {
+	fd  int
+	seq uint32
+	buf []byte
+}
 
 // dialRaw opens the socket inside the namespace at nsPath and says whether
 // the namespace has an x_tables nat table (see IptablesRules).
-func dialRaw(nsPath string) (rc *rawConn, legacyNat bool, err error) {
+func dialRaw(ctx context.Context, nsPath string) (rc *rawConn, legacyNat bool, err error) {
 	err = enter(nsPath, func() error {
-		c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 		if err != nil {
-			return fmt.Errorf("netns %s: netlink: %w", nsPath, err)
+			return fmt.Errorf("netns %s: netlink socket: %w", nsPath, err)
 		}
-		rc = &rawConn{c: c}
+		rc = &rawConn{fd: fd}
 		legacyNat = hasNatTable()
 		return nil
 	})
+	if err == nil {
+		if d, ok := ctx.Deadline(); ok {
+			tv := unix.NsecToTimeval(max(time.Until(d), time.Millisecond).Nanoseconds())
+			if serr := unix.SetsockoptTimeval(rc.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); serr != nil {
+				err = fmt.Errorf("netns %s: netlink socket timeout: %w", nsPath, serr)
+			}
+		}
+	}
 	if err != nil && rc != nil {
-		_ = rc.c.Close()
+		rc.close()
 		rc = nil
 	}
 	return rc, legacyNat, err
 }
 
-func (rc *rawConn) close() { _ = rc.c.Close() }
+func (rc *rawConn) close() { _ = unix.Close(rc.fd) }
 
-func msgType(t int) netlink.HeaderType {
-	return netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | t)
+// send writes the messages as one datagram and returns the sequence
+// number of the first.
+func (rc *rawConn) send(msgs []message) (uint32, error) {
+	first := rc.seq + 1
+	var b []byte
+	for _, m := range msgs {
+		rc.seq++
+		b = binary.NativeEndian.AppendUint32(b, uint32(unix.SizeofNlMsghdr+len(m.data)))
+		b = binary.NativeEndian.AppendUint16(b, m.typ)
+		b = binary.NativeEndian.AppendUint16(b, m.flags)
+		b = binary.NativeEndian.AppendUint32(b, rc.seq)
+		b = binary.NativeEndian.AppendUint32(b, 0)
+		b = append(b, m.data...)
+		for len(b)%unix.NLMSG_ALIGNTO != 0 {
+			b = append(b, 0)
+		}
+	}
+	if err := unix.Sendto(rc.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, fmt.Errorf("netlink send: %w", err)
+	}
+	return first, nil
 }
+
+// receive reads one datagram and calls fn for each message in it; fn says
+// whether the answer is complete.
+func (rc *rawConn) receive(fn func(m syscall.NetlinkMessage) (done bool, err error)) error {
+	if rc.buf == nil {
+		rc.buf = make([]byte, 64<<10)
+	}
+	for {
+		n, _, flags, _, err := unix.Recvmsg(rc.fd, rc.buf, nil, 0)
+		if err != nil {
+			return fmt.Errorf("netlink receive: %w", err)
+		}
+		if flags&unix.MSG_TRUNC != 0 {
+			return errors.New("netlink receive: message truncated")
+		}
+		msgs, err := syscall.ParseNetlinkMessage(rc.buf[:n])
+		if err != nil {
+			return fmt.Errorf("netlink receive: %w", err)
+		}
+		for _, m := range msgs {
+			if done, err := fn(m); done || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// errnoOf returns the error code of an NLMSG_ERROR message (0: an
+// acknowledgement).
+func errnoOf(m syscall.NetlinkMessage) unix.Errno {
+	if len(m.Data) < 4 {
+		return unix.EBADMSG
+	}
+	return unix.Errno(-int32(binary.NativeEndian.Uint32(m.Data[:4])))
+}
+
+// message is one nfnetlink message before its header is written.
+type message struct {
+	typ, flags uint16
+	data       []byte
+	what       string // for errors: which part of the table
+}
+
+func msgType(t int) uint16 { return uint16(unix.NFNL_SUBSYS_NFTABLES<<8 | t) }
 
 // nfgen is the nfgenmsg header that starts every nf_tables message.
 func nfgen(family uint8, resID uint16) []byte {
@@ -66,75 +148,87 @@ func nfgen(family uint8, resID uint16) []byte {
 // reports whether an ip or ip6 table "nat" (iptables-nft) holds one of
 // redirect.Chains.
 func (rc *rawConn) iptablesChains() (bool, error) {
-	msgs, err := rc.c.Execute(netlink.Message{
-		Header: netlink.Header{Type: msgType(unix.NFT_MSG_GETCHAIN), Flags: netlink.Request | netlink.Dump},
-		Data:   nfgen(unix.NFPROTO_UNSPEC, 0),
+	seq, err := rc.send([]message{{typ: msgType(unix.NFT_MSG_GETCHAIN), flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
+		data: nfgen(unix.NFPROTO_UNSPEC, 0)}})
+	if err != nil {
+		return false, fmt.Errorf("listing chains: %w", err)
+	}
+	found := false
+	err = rc.receive(func(m syscall.NetlinkMessage) (bool, error) {
+		switch {
+		case m.Header.Seq != seq:
+			return false, nil
+		case m.Header.Type == unix.NLMSG_DONE:
+			return true, nil
+		case m.Header.Type == unix.NLMSG_ERROR:
+			return true, errnoOf(m)
+		case len(m.Data) < 4 || (m.Data[0] != nfprotoIPv4 && m.Data[0] != nfprotoIPv6):
+			return false, nil
+		}
+		tbl, name, err := chainNames(m.Data[4:])
+		found = found || (tbl == redirect.Table && redirect.IsOurChain(name))
+		return false, err
 	})
 	if err != nil {
 		return false, fmt.Errorf("listing chains: %w", err)
 	}
-	for _, m := range msgs {
-		if len(m.Data) < 4 || (m.Data[0] != nfprotoIPv4 && m.Data[0] != nfprotoIPv6) {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return false, fmt.Errorf("listing chains: %w", err)
-		}
-		var tbl, name string
-		for ad.Next() {
-			switch ad.Type() {
-			case unix.NFTA_CHAIN_TABLE:
-				tbl = ad.String()
-			case unix.NFTA_CHAIN_NAME:
-				name = ad.String()
-			}
-		}
-		if err := ad.Err(); err != nil {
-			return false, fmt.Errorf("listing chains: %w", err)
-		}
-		if tbl == redirect.Table && redirect.IsOurChain(name) {
-			return true, nil
+	return found, nil
+}
+
+func chainNames(b []byte) (tbl, name string, err error) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return "", "", err
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_CHAIN_TABLE:
+			tbl = ad.String()
+		case unix.NFTA_CHAIN_NAME:
+			name = ad.String()
 		}
 	}
-	return false, nil
+	return tbl, name, ad.Err()
 }
 
 // create sends the transaction that creates the table exclusively with
 // all its chains and rules. It fails with an error wrapping unix.EEXIST
 // when the table exists already; the kernel applies all of it or nothing.
+// An error names the part of the table the kernel refused.
 func (rc *rawConn) create(t Table) error {
 	msgs, err := createMessages(t)
 	if err != nil {
 		return err
 	}
-	sent, err := rc.c.SendMessages(msgs)
+	first, err := rc.send(msgs)
 	if err != nil {
 		return err
 	}
-	last := sent[len(sent)-2].Header.Sequence // the last before BATCH_END
-	for {
-		replies, err := rc.c.Receive()
-		if err != nil {
-			return err // an error message (per message or for the commit)
+	last := first + uint32(len(msgs)) - 2 // the last before BATCH_END
+	return rc.receive(func(m syscall.NetlinkMessage) (bool, error) {
+		if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || m.Header.Seq > last {
+			return false, nil
 		}
-		for _, m := range replies {
-			if m.Header.Type == netlink.Error && m.Header.Sequence == last {
-				return nil
+		if errno := errnoOf(m); errno != 0 {
+			what := msgs[m.Header.Seq-first].what
+			if m.Header.Seq == first {
+				what = "the transaction"
 			}
+			return true, fmt.Errorf("%s: %w", what, errno)
 		}
-	}
+		return m.Header.Seq == last, nil
+	})
 }
 
 // createMessages encodes the batch: begin, the table (exclusive create),
 // the chains, the rules (appended in order), end. Only the last message
 // before the end asks for an acknowledgement.
-func createMessages(t Table) ([]netlink.Message, error) {
-	msgs := []netlink.Message{{
-		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), Flags: netlink.Request},
-		Data:   nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES),
-	}}
-	add := func(typ int, flags netlink.HeaderFlags, enc func(ae *netlink.AttributeEncoder) error) error {
+func createMessages(t Table) ([]message, error) {
+	batch := func(typ uint16) message {
+		return message{typ: typ, flags: unix.NLM_F_REQUEST, data: nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
+	}
+	msgs := []message{batch(unix.NFNL_MSG_BATCH_BEGIN)}
+	add := func(typ int, flags uint16, what string, enc func(ae *netlink.AttributeEncoder) error) error {
 		ae := netlink.NewAttributeEncoder()
 		ae.ByteOrder = binary.BigEndian
 		if err := enc(ae); err != nil {
@@ -142,15 +236,12 @@ func createMessages(t Table) ([]netlink.Message, error) {
 		}
 		b, err := ae.Encode()
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		msgs = append(msgs, netlink.Message{
-			Header: netlink.Header{Type: msgType(typ), Flags: netlink.Request | flags},
-			Data:   append(nfgen(nfprotoINet, 0), b...),
-		})
+		msgs = append(msgs, message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...), what: what})
 		return nil
 	}
-	err := add(unix.NFT_MSG_NEWTABLE, netlink.Create|netlink.Excl, func(ae *netlink.AttributeEncoder) error {
+	err := add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, "table inet "+TableName, func(ae *netlink.AttributeEncoder) error {
 		ae.String(unix.NFTA_TABLE_NAME, TableName)
 		ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
 		return nil
@@ -159,7 +250,7 @@ func createMessages(t Table) ([]netlink.Message, error) {
 		if err != nil {
 			break
 		}
-		err = add(unix.NFT_MSG_NEWCHAIN, netlink.Create, func(ae *netlink.AttributeEncoder) error {
+		err = add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "chain "+ch.Name, func(ae *netlink.AttributeEncoder) error {
 			return encodeChain(ae, ch)
 		})
 	}
@@ -167,18 +258,15 @@ func createMessages(t Table) ([]netlink.Message, error) {
 		if err != nil {
 			break
 		}
-		err = add(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, func(ae *netlink.AttributeEncoder) error {
+		err = add(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, fmt.Sprintf("rule in %s: %s", r.Chain, r.Text), func(ae *netlink.AttributeEncoder) error {
 			return encodeRule(ae, r)
 		})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("encoding table inet %s: %w", TableName, err)
 	}
-	msgs[len(msgs)-1].Header.Flags |= netlink.Acknowledge
-	return append(msgs, netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_END), Flags: netlink.Request},
-		Data:   nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES),
-	}), nil
+	msgs[len(msgs)-1].flags |= unix.NLM_F_ACK
+	return append(msgs, batch(unix.NFNL_MSG_BATCH_END)), nil
 }
 
 func encodeChain(ae *netlink.AttributeEncoder, ch Chain) error {

@@ -5,7 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
@@ -35,7 +36,7 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 	if err := ctx.Err(); err != nil {
 		return found, err
 	}
-	rc, legacyNat, err := dialRaw(nsPath)
+	rc, legacyNat, err := dialRaw(ctx, nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return found, nil
 	}
@@ -54,15 +55,31 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 // namespace.
 func hasNatTable() bool {
 	for _, f := range []string{"/proc/thread-self/net/ip_tables_names", "/proc/thread-self/net/ip6_tables_names"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // module not loaded: no table
-		}
-		for _, name := range bytes.Fields(b) {
+		for _, name := range bytes.Fields(readSmall(f)) {
 			if string(name) == redirect.Table {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// readSmall reads a small proc file with plain system calls (os.ReadFile
+// registers it with the poller first); nil if it cannot be read (the module
+// is not loaded: no table).
+func readSmall(path string) []byte {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := unix.Read(fd, buf)
+		if n <= 0 || err != nil {
+			return out
+		}
+		out = append(out, buf[:n]...)
+	}
 }

@@ -167,8 +167,8 @@ func TestCreateFailsClosed(t *testing.T) {
 				bad.Rules = append([]nftables.Rule{jump}, bad.Rules...)
 			}
 			err := nftables.Apply(ctx, ns.Path, bad)
-			if err == nil || !strings.Contains(err.Error(), "no such file or directory") {
-				t.Fatalf("Apply of a bad table: %v, want the kernel's ENOENT", err)
+			if err == nil || !strings.Contains(err.Error(), "no such file or directory") || !strings.Contains(err.Error(), jump.Text) {
+				t.Fatalf("Apply of a bad table: %v, want the kernel's ENOENT naming the rule %q", err, jump.Text)
 			}
 			if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
 				t.Fatalf("table left after a failed Apply: present=%v err=%v", ok, err)
