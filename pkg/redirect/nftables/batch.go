@@ -134,7 +134,23 @@ func errnoOf(m syscall.NetlinkMessage) unix.Errno {
 type message struct {
 	typ, flags uint16
 	data       []byte
-	what       string // for errors: which part of the table
+}
+
+// describe names the part of t that message i of its create batch
+// (createMessages) carries.
+func describe(t Table, i int) string {
+	switch {
+	case i == 0:
+		return "the transaction"
+	case i == 1:
+		return "table inet " + TableName
+	case i-2 < len(t.Chains):
+		return "chain " + t.Chains[i-2].Name
+	case i-2-len(t.Chains) < len(t.Rules):
+		r := t.Rules[i-2-len(t.Chains)]
+		return "rule in " + r.Chain + ": " + r.Text
+	}
+	return fmt.Sprintf("message %d", i)
 }
 
 func msgType(t int) uint16 { return uint16(unix.NFNL_SUBSYS_NFTABLES<<8 | t) }
@@ -210,11 +226,7 @@ func (rc *rawConn) create(t Table) error {
 			return false, nil
 		}
 		if errno := errnoOf(m); errno != 0 {
-			what := msgs[m.Header.Seq-first].what
-			if m.Header.Seq == first {
-				what = "the transaction"
-			}
-			return true, fmt.Errorf("%s: %w", what, errno)
+			return true, fmt.Errorf("%s: %w", describe(t, int(m.Header.Seq-first)), errno)
 		}
 		return m.Header.Seq == last, nil
 	})
@@ -227,8 +239,8 @@ func createMessages(t Table) ([]message, error) {
 	batch := func(typ uint16) message {
 		return message{typ: typ, flags: unix.NLM_F_REQUEST, data: nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
 	}
-	msgs := []message{batch(unix.NFNL_MSG_BATCH_BEGIN)}
-	add := func(typ int, flags uint16, what string, enc func(ae *netlink.AttributeEncoder) error) error {
+	msgs := append(make([]message, 0, len(t.Chains)+len(t.Rules)+3), batch(unix.NFNL_MSG_BATCH_BEGIN))
+	add := func(typ int, flags uint16, enc func(ae *netlink.AttributeEncoder) error) error {
 		ae := netlink.NewAttributeEncoder()
 		ae.ByteOrder = binary.BigEndian
 		if err := enc(ae); err != nil {
@@ -236,12 +248,12 @@ func createMessages(t Table) ([]message, error) {
 		}
 		b, err := ae.Encode()
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return err
 		}
-		msgs = append(msgs, message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...), what: what})
+		msgs = append(msgs, message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...)})
 		return nil
 	}
-	err := add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, "table inet "+TableName, func(ae *netlink.AttributeEncoder) error {
+	err := add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, func(ae *netlink.AttributeEncoder) error {
 		ae.String(unix.NFTA_TABLE_NAME, TableName)
 		ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
 		return nil
@@ -250,7 +262,7 @@ func createMessages(t Table) ([]message, error) {
 		if err != nil {
 			break
 		}
-		err = add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "chain "+ch.Name, func(ae *netlink.AttributeEncoder) error {
+		err = add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, func(ae *netlink.AttributeEncoder) error {
 			return encodeChain(ae, ch)
 		})
 	}
@@ -258,7 +270,7 @@ func createMessages(t Table) ([]message, error) {
 		if err != nil {
 			break
 		}
-		err = add(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, fmt.Sprintf("rule in %s: %s", r.Chain, r.Text), func(ae *netlink.AttributeEncoder) error {
+		err = add(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, func(ae *netlink.AttributeEncoder) error {
 			return encodeRule(ae, r)
 		})
 	}
