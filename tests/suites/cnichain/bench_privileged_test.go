@@ -203,6 +203,8 @@ func printSummary(b *testing.B, backend redirect.Backend, why string) {
 	defer benchMu.Unlock()
 	ms := func(d time.Duration) string { return fmt.Sprintf("%8.1f ms", float64(d.Microseconds())/1000) }
 	fmt.Printf("\nconsul-cni ADD, fresh network namespace per ADD; iptables tools: %s (%s)\n", backend, why)
+	fmt.Println("rows: iptables, nftables = the ADD itself (configuration in CNI_ARGS, no API call); +api = the same through a\n" +
+		"loopback API stub (GET of the pod, two status patches); baseline = one iptables process per rule")
 	fmt.Printf("%-20s %-13s %5s %6s %11s %11s %11s %9s %11s %9s\n", "config", "impl", "rules", "ADDs", "median", "p99", "min", "/baseline", "cpu", "/baseline")
 	for _, c := range benchConfigs {
 		base, haveBase := benchRows[c.name+"/baseline"]
