@@ -33,6 +33,10 @@ const (
 	nfprotoINet = unix.NFPROTO_INET
 )
 
+// rawTimeout bounds each wait for the kernel's answer when the caller's
+// context has no deadline.
+const rawTimeout = 30 * time.Second
+
 // rawConn is a netlink socket to nf_tables bound to a namespace: a plain
 // blocking socket (no poller registration, no goroutine handoff; the kernel
 // has queued its answer by the time send returns), with a receive timeout
@@ -56,11 +60,13 @@ func dialRaw(ctx context.Context, nsPath string) (rc *rawConn, legacyNat bool, e
 		return nil
 	})
 	if err == nil {
+		wait := rawTimeout
 		if d, ok := ctx.Deadline(); ok {
-			tv := unix.NsecToTimeval(max(time.Until(d), time.Millisecond).Nanoseconds())
-			if serr := unix.SetsockoptTimeval(rc.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); serr != nil {
-				err = fmt.Errorf("netns %s: netlink socket timeout: %w", nsPath, serr)
-			}
+			wait = max(time.Until(d), time.Millisecond)
+		}
+		tv := unix.NsecToTimeval(wait.Nanoseconds())
+		if serr := unix.SetsockoptTimeval(rc.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); serr != nil {
+			err = fmt.Errorf("netns %s: netlink socket timeout: %w", nsPath, serr)
 		}
 	}
 	if err != nil && rc != nil {
