@@ -21,26 +21,26 @@ var hooks = map[string]*gnft.ChainHook{"output": gnft.ChainHookOutput, "prerouti
 // exist (any more).
 var ErrNoNetNS = errors.New("network namespace does not exist")
 
-// conn opens a netlink connection to nf_tables inside the namespace and
-// says whether the namespace has an x_tables nat table (see IptablesRules).
-// Both are done on the calling goroutine's own thread, switched into the
-// namespace and back (no extra thread, no handoff); the socket stays bound
-// to the namespace, so the netlink work that follows runs unlocked.
-func conn(nsPath string) (c *gnft.Conn, legacyNat bool, closeConn func(), err error) {
+// conn opens a google/nftables connection to nf_tables inside the
+// namespace, for the calls off the hot path (CHECK, DEL, the replace of a
+// repeated ADD). The socket is made on the calling goroutine's own thread,
+// switched into the namespace and back (no extra thread, no handoff); it
+// stays bound to the namespace, so the netlink work that follows runs
+// unlocked.
+func conn(nsPath string) (c *gnft.Conn, closeConn func(), err error) {
 	err = enter(nsPath, func() error {
 		if c, err = gnft.New(gnft.AsLasting()); err != nil {
 			return fmt.Errorf("netns %s: netlink: %w", nsPath, err)
 		}
-		legacyNat = hasNatTable()
 		return nil
 	})
 	if err != nil {
 		if c != nil {
 			_ = c.CloseLasting()
 		}
-		return nil, false, nil, err
+		return nil, nil, err
 	}
-	return c, legacyNat, func() { _ = c.CloseLasting() }, nil
+	return c, func() { _ = c.CloseLasting() }, nil
 }
 
 // enter runs fn on the calling goroutine's thread switched into the network
@@ -79,74 +79,78 @@ func enter(nsPath string, fn func() error) error {
 // Apply replaces the table in the network namespace at nsPath with t, in
 // one netlink transaction. A namespace without the table (every new pod
 // sandbox) gets a transaction that creates it exclusively with all its
-// chains and rules; only when the table exists already (a repeated ADD)
-// does Apply send the SDK's transaction: add, delete and add the table
-// again, then every chain and rule. Deleting a table makes the kernel wait
-// for readers of the old rules (an RCU grace period, milliseconds), which a
-// first ADD has no reason to pay. The end state is the same either way. The
-// kernel applies a transaction entirely or not at all; if it fails, Apply
-// deletes whatever table of ours is there, so nothing of ours is left in
-// place (fail closed). Whether the table exists is asked first (one netlink
-// dump), so a repeated ADD does not pay for a failed exclusive create.
+// chains and rules (see batch.go); only when that fails because the table
+// exists already (a repeated ADD) does Apply send the SDK's transaction:
+// add, delete and add the table again, then every chain and rule. Deleting
+// a table makes the kernel wait for readers of the old rules (an RCU grace
+// period, milliseconds), which a first ADD has no reason to pay. The end
+// state is the same either way. The kernel applies a transaction entirely
+// or not at all; if it fails, Apply deletes whatever table of ours is
+// there, so nothing of ours is left in place (fail closed).
 func Apply(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, _, closeConn, err := conn(nsPath)
+	rc, _, err := dialRaw(ctx, nsPath)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	return apply(c, nsPath, t)
+	defer rc.close()
+	return createOrReplace(rc, nsPath, t)
 }
 
 // ApplyUnlessIptables is FindIptablesRules followed, on the same netlink
-// connection, by Apply when nothing was found. When iptables rules of ours
+// socket, by Apply when nothing was found. When iptables rules of ours
 // may be in the namespace it applies nothing and returns what it found, so
 // the caller can remove them (with the iptables tools) and then Apply. A new
-// pod sandbox has none, so its ADD opens one connection.
+// pod sandbox has none, so its ADD opens one socket, sends one dump request
+// and one transaction.
 func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesRules, error) {
 	if err := ctx.Err(); err != nil {
 		return IptablesRules{}, err
 	}
-	c, legacyNat, closeConn, err := conn(nsPath)
+	rc, legacyNat, err := dialRaw(ctx, nsPath)
 	if err != nil {
 		return IptablesRules{}, err
 	}
-	defer closeConn()
-	found, err := findIptables(c, nsPath, legacyNat)
-	if err != nil || found.Any() {
-		return found, err
+	defer rc.close()
+	found := IptablesRules{Legacy: legacyNat}
+	if found.NFT, err = rc.iptablesChains(); err != nil {
+		return found, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
-	return found, apply(c, nsPath, t)
+	if found.Any() {
+		return found, nil
+	}
+	return found, createOrReplace(rc, nsPath, t)
 }
 
-func apply(c *gnft.Conn, nsPath string, t Table) error {
-	present, err := exists(c)
-	if err != nil {
-		return fmt.Errorf("netns %s: %w", nsPath, err)
+// createOrReplace creates the table exclusively; when it exists already,
+// it replaces it through google/nftables on a second socket. Either way a
+// failure removes whatever table of ours is there.
+func createOrReplace(rc *rawConn, nsPath string, t Table) error {
+	err := rc.create(t)
+	if err == nil {
+		return nil
 	}
-	if !present {
-		c.CreateTable(table)
-		queue(c, t)
-		err = c.Flush()
+	c, closeConn, cerr := conn(nsPath)
+	if cerr != nil {
+		return fmt.Errorf("netns %s: applying table inet %s: %w (and reopening the namespace failed, a table may be left: %v)", nsPath, TableName, err, cerr)
 	}
-	// (EEXIST: created meanwhile by someone else.)
-	if present || errors.Is(err, unix.EEXIST) {
+	defer closeConn()
+	if errExists(err) {
 		c.AddTable(table)
 		c.DelTable(table)
 		c.AddTable(table)
 		queue(c, t)
-		err = c.Flush()
-	}
-	if err != nil {
-		err = fmt.Errorf("netns %s: applying table inet %s: %w", nsPath, TableName, err)
-		if rerr := remove(c); rerr != nil {
-			return fmt.Errorf("%w (and removing the table failed too, it may be left: %v)", err, rerr)
+		if err = c.Flush(); err == nil {
+			return nil
 		}
-		return fmt.Errorf("%w (no table of ours was left in place)", err)
 	}
-	return nil
+	err = fmt.Errorf("netns %s: applying table inet %s: %w", nsPath, TableName, err)
+	if rerr := remove(c); rerr != nil {
+		return fmt.Errorf("%w (and removing the table failed too, it may be left: %v)", err, rerr)
+	}
+	return fmt.Errorf("%w (no table of ours was left in place)", err)
 }
 
 // queue adds the chains and rules of t to the connection's batch, after
@@ -172,7 +176,7 @@ func Remove(ctx context.Context, nsPath string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, _, closeConn, err := conn(nsPath)
+	c, closeConn, err := conn(nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return nil
 	}
@@ -220,7 +224,7 @@ func Present(ctx context.Context, nsPath string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	c, _, closeConn, err := conn(nsPath)
+	c, closeConn, err := conn(nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return false, nil
 	}
@@ -250,7 +254,7 @@ func Check(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, _, closeConn, err := conn(nsPath)
+	c, closeConn, err := conn(nsPath)
 	if err != nil {
 		return err
 	}

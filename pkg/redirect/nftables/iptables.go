@@ -5,9 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
-	gnft "github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
@@ -29,35 +28,25 @@ type IptablesRules struct {
 func (r IptablesRules) Any() bool { return r.NFT || r.Legacy }
 
 // FindIptablesRules looks for iptables rules of ours in the namespace at
-// nsPath, without running any iptables tool: one netlink dump for nf_tables
-// and one read of ip_tables_names / ip6_tables_names inside the namespace.
-// A missing namespace has none.
+// nsPath, without running any iptables tool: one netlink dump of the chains
+// of every family, and one read of ip_tables_names / ip6_tables_names
+// inside the namespace. A missing namespace has none.
 func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
 	var found IptablesRules
 	if err := ctx.Err(); err != nil {
 		return found, err
 	}
-	c, legacyNat, closeConn, err := conn(nsPath)
+	rc, legacyNat, err := dialRaw(ctx, nsPath)
 	if errors.Is(err, ErrNoNetNS) {
 		return found, nil
 	}
 	if err != nil {
 		return found, err
 	}
-	defer closeConn()
-	return findIptables(c, nsPath, legacyNat)
-}
-
-func findIptables(c *gnft.Conn, nsPath string, legacyNat bool) (IptablesRules, error) {
-	found := IptablesRules{Legacy: legacyNat}
-	for _, fam := range []gnft.TableFamily{gnft.TableFamilyIPv4, gnft.TableFamilyIPv6} {
-		chains, err := c.ListChainsOfTableFamily(fam)
-		if err != nil {
-			return found, fmt.Errorf("netns %s: listing chains: %w", nsPath, err)
-		}
-		for _, ch := range chains {
-			found.NFT = found.NFT || (ch.Table != nil && ch.Table.Name == redirect.Table && redirect.IsOurChain(ch.Name))
-		}
+	defer rc.close()
+	found.Legacy = legacyNat
+	if found.NFT, err = rc.iptablesChains(); err != nil {
+		return found, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
 	return found, nil
 }
@@ -66,15 +55,31 @@ func findIptables(c *gnft.Conn, nsPath string, legacyNat bool) (IptablesRules, e
 // namespace.
 func hasNatTable() bool {
 	for _, f := range []string{"/proc/thread-self/net/ip_tables_names", "/proc/thread-self/net/ip6_tables_names"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // module not loaded: no table
-		}
-		for _, name := range bytes.Fields(b) {
+		for _, name := range bytes.Fields(readSmall(f)) {
 			if string(name) == redirect.Table {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// readSmall reads a small proc file with plain system calls (os.ReadFile
+// registers it with the poller first); nil if it cannot be read (the module
+// is not loaded: no table).
+func readSmall(path string) []byte {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := unix.Read(fd, buf)
+		if n <= 0 || err != nil {
+			return out
+		}
+		out = append(out, buf[:n]...)
+	}
 }

@@ -149,6 +149,41 @@ func TestApplyFailsClosed(t *testing.T) {
 	}
 }
 
+// TestCreateFailsClosed makes the kernel reject the first ADD's exclusive
+// create in a fresh namespace, with the bad rule last (the message that
+// asks for the acknowledgement) and first (an error before it): Apply fails
+// naming the kernel's error, leaves no table, and a good Apply then works.
+func TestCreateFailsClosed(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	jump := nftables.JumpRule(nftables.ChainNATOutput, "NO_SUCH_CHAIN")
+	for _, place := range []string{"last", "first"} {
+		t.Run(place, func(t *testing.T) {
+			ns := r.NewNetns(t, "nf")
+			bad := nftables.Build(cases[0].config(t))
+			if place == "last" {
+				bad.Rules = append(bad.Rules, jump)
+			} else {
+				bad.Rules = append([]nftables.Rule{jump}, bad.Rules...)
+			}
+			err := nftables.Apply(ctx, ns.Path, bad)
+			if err == nil || !strings.Contains(err.Error(), "no such file or directory") || !strings.Contains(err.Error(), jump.Text) {
+				t.Fatalf("Apply of a bad table: %v, want the kernel's ENOENT naming the rule %q", err, jump.Text)
+			}
+			if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
+				t.Fatalf("table left after a failed Apply: present=%v err=%v", ok, err)
+			}
+			good := nftables.Build(cases[0].config(t))
+			if found, err := nftables.ApplyUnlessIptables(ctx, ns.Path, good); err != nil || found.Any() {
+				t.Fatalf("ApplyUnlessIptables after the failure: %v %v", found, err)
+			}
+			if err := nftables.Check(ctx, ns.Path, good); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestFindIptablesRules sees the iptables rules of either variant, and
 // nothing in a fresh namespace or beside our own table.
 func TestFindIptablesRules(t *testing.T) {
