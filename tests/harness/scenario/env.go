@@ -59,8 +59,10 @@ type Env struct {
 	Bins    Binaries
 	// Manifests is the repository's manifests/ directory.
 	Manifests string
-	// Logf receives progress and the simulated nodes' logs. Default: none.
+	// Logf receives progress and the nodes' logs. Default: none.
 	Logf func(format string, args ...any)
+	// Nodes starts the runs' nodes. Default: simulated nodes (SimNodes).
+	Nodes Nodes
 
 	ext *externalService
 }
@@ -76,6 +78,7 @@ func NewEnv(tb TB, c *cluster.Cluster) *Env {
 	ext := r.NewExternal(tb)
 	e := &Env{Cluster: c, Range: r, External: ext, Service: netip.AddrPortFrom(ext.V4, ExternalPort),
 		Manifests: filepath.Join(testbin.RepoRoot(), "manifests"), Logf: func(string, ...any) {}}
+	e.Nodes = &SimNodes{e: e}
 	l, err := ext.Listen("tcp", e.Service.String())
 	if err != nil {
 		tb.Fatalf("external service: %v", err)

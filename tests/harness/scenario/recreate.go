@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 )
 
 // runRecreated is the sandbox-recreated run. consul-cni is chained before
@@ -101,7 +99,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	}
 	r.logf("chain now: %s", r.chainString())
 	r.setPhase("pod " + victim.Name + " loses its sandbox")
-	if err := r.node.RecreateSandbox(victim.UID); err != nil {
+	if err := r.node.RecreateSandbox(ctx, victim.UID); err != nil {
 		return "", err
 	}
 	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
@@ -117,7 +115,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 // unchain removes consul-cni from the node's primary conflist, as a primary
 // CNI rewriting its own configuration at start-up does.
 func (r *runner) unchain() error {
-	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
+	file := r.node.PrimaryConflist()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -136,8 +134,5 @@ func (r *runner) unchain() error {
 	}
 	conf["plugins"] = kept
 	out, _ := json.MarshalIndent(conf, "", "  ")
-	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(file+".tmp", file)
+	return writeFileAtomic(file, out)
 }

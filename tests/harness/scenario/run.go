@@ -161,11 +161,13 @@ type Result struct {
 	// Recreated is the pod whose sandbox was recreated (sandbox-recreated
 	// run), and RecreatedActions the controller's successful repairs with
 	// reason sandbox_recreated.
-	Recreated        *PodResult  `json:"recreated,omitempty"`
-	RecreatedActions int         `json:"recreated_actions,omitempty"`
-	SecondsObserved  float64     `json:"seconds_observed"`
-	Chain            string      `json:"chain"`
-	PodResults       []PodResult `json:"pod_results"`
+	Recreated        *PodResult `json:"recreated,omitempty"`
+	RecreatedActions int        `json:"recreated_actions,omitempty"`
+	SecondsObserved  float64    `json:"seconds_observed"`
+	// Node is what the run's node reported of itself.
+	Node       *NodeInfo   `json:"node,omitempty"`
+	Chain      string      `json:"chain"`
+	PodResults []PodResult `json:"pod_results"`
 }
 
 var (
@@ -204,9 +206,7 @@ type runner struct {
 	start time.Time
 
 	ns                  string
-	node                *simnode.Node
-	root                string
-	release             func()
+	node                Node
 	dir                 string
 	controller          *proc.Process
 	metrics             string
@@ -286,7 +286,7 @@ func (r *runner) setUp(ctx context.Context) error {
 	r.onCleanup(func() {
 		_ = r.cs.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
 	})
-	r.tr = newTracker(r.root, r.ns)
+	r.tr = newTracker(r.node.LogFiles, r.ns)
 	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		_, err := r.cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
@@ -425,47 +425,17 @@ const waitInterval = 200 * time.Millisecond
 const nodeLabel = "scenario.consul-cni-repair.test/run"
 
 func (r *runner) startNode(ctx context.Context) error {
-	idx, release, err := simnode.AllocSubnet()
-	if err != nil {
-		return err
-	}
-	r.onCleanup(release)
-	if r.root, err = simnode.NewRoot(r.e.Bins.CNIPlugins, r.e.Range, idx); err != nil {
-		return err
-	}
-	r.onCleanup(func() { os.RemoveAll(r.root) })
-	cfg := simnode.Config{
-		Name:       "race-" + r.id,
-		Client:     r.e.Cluster.Client,
-		RestConfig: r.e.Cluster.Config,
-		Root:       r.root,
-		Labels:     map[string]string{nodeLabel: r.id},
-		Programs: map[string]string{
-			"podprog":                  r.e.Bins.PodProg,
-			"consul-k8s-control-plane": r.e.Bins.PodProg,
-			"consul-dataplane":         r.e.Bins.PodProg,
-		},
-		Range:     r.e.Range,
-		PodSubnet: r.e.Range.Subnet4(idx, 24),
-		SyncRetry: 2 * time.Second,
-		Logf:      r.logf,
-	}
-	if r.e.Bins.Installer != "" {
-		cfg.Programs["consul-cni-installer"] = r.e.Bins.Installer
-	}
-	if r.e.Bins.Check != "" {
-		cfg.Programs["consul-cni-check"] = r.e.Bins.Check
-	}
+	spec := NodeSpec{Name: "race-" + r.id, Labels: map[string]string{nodeLabel: r.id}, Logf: r.logf}
 	if r.cfg.Mode == Prevention && !r.cfg.TaintByPolicy {
-		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		spec.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
-	n, err := simnode.Start(ctx, cfg)
+	n, err := r.e.Nodes.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
 	r.node = n
 	r.onCleanup(n.Stop)
-	return n.WaitReady(ctx)
+	return nil
 }
 
 // Deployment is the name of the injected Deployment.
@@ -664,7 +634,7 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 	if err := cluster.WriteKubeconfig(filepath.Join(r.node.ConfDir(), cniconf.KubeconfigFileName), kc, "consul-cni"); err != nil {
 		return err
 	}
-	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
+	file := r.node.PrimaryConflist()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -681,13 +651,10 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 		Type: cniconf.PluginType,
 		Settings: cniconf.Settings{LogLevel: "info", Kubeconfig: cniconf.KubeconfigFileName,
 			CNIBinDir: r.node.BinDir(), CNINetDir: r.node.ConfDir()},
-		StateDir: filepath.Join(r.root, "var", "run", "consul-cni"),
+		StateDir: filepath.Join(r.node.Root(), "var", "run", "consul-cni"),
 	})
 	out, _ := json.MarshalIndent(conf, "", "  ")
-	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(file+".tmp", file)
+	return writeFileAtomic(file, out)
 }
 
 // chained reports whether the node's network (as a sandbox created now
@@ -930,7 +897,7 @@ func (r *runner) report(live []*podTrack) {
 
 func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
 	res := &Result{Name: string(r.cfg.Mode), Pods: r.cfg.Pods, Actions: r.actions(),
-		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString()}
+		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString(), Node: r.nodeInfo(ctx)}
 	_, res.BypassingAtEnd, res.EverBypassed = r.counts(live)
 	if ok, at := r.allMeshed(live); ok {
 		s := at.Sub(r.cniAt).Seconds()
