@@ -112,7 +112,7 @@ func (e *Env) Supports(m Mode) error {
 	switch m {
 	case NoRepair:
 		return nil
-	case Repair, Prevention, SandboxRecreated:
+	case Repair, Prevention, SandboxRecreated, NodeReboot:
 		var missing []string
 		if e.Bins.Repair == "" {
 			missing = append(missing, "cmd/repair")

@@ -24,30 +24,7 @@ import (
 // is ready again, the controller replaces the pod (sandbox_recreated) and
 // the replacement is meshed.
 func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
-	r.setPhase("chaining consul-cni on the node")
-	if err := r.applyCNIManifests(ctx, true); err != nil {
-		return nil, err
-	}
-	if err := r.waitChained(ctx); err != nil {
-		return nil, err
-	}
-	r.setPhase(fmt.Sprintf("deploying %d injected pods", r.cfg.Pods))
-	if err := r.deploy(ctx); err != nil {
-		return nil, err
-	}
-	if err := r.waitRunning(ctx); err != nil {
-		return nil, err
-	}
-	r.setPhase("waiting for every pod to be meshed")
-	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
-		ok, _ := r.allMeshed(r.tick(ctx))
-		return ok, nil
-	}); err != nil {
-		return nil, fmt.Errorf("the pods were not all meshed with consul-cni chained: %w", err)
-	}
-	// Sandboxes made now are later than the first ones' cni-applied-at by
-	// more than the slack.
-	if err := r.wait(ctx, r.cfg.SandboxSlack+2*time.Second); err != nil {
+	if err := r.meshedBeforeTrouble(ctx); err != nil {
 		return nil, err
 	}
 	victim, err := r.loseOneSandbox(ctx)

@@ -45,6 +45,10 @@ const (
 	// is out of the chain (a node reboot), bypasses with its status still
 	// complete, and is replaced (not part of the demo).
 	SandboxRecreated Mode = "sandbox-recreated"
+	// NodeReboot: meshed pods; the node reboots with every sandbox lost
+	// and its conflist rewritten without consul-cni while it is down
+	// (reboot.go).
+	NodeReboot Mode = "node-reboot"
 )
 
 // Modes in the order the demo runs them.
@@ -76,7 +80,7 @@ type Config struct {
 	MinPodAge  time.Duration
 	RepairArgs []string
 	// SandboxSlack is the controller's --sandbox-slack in the
-	// sandbox-recreated run [5s].
+	// sandbox-recreated and node-reboot runs [5s].
 	SandboxSlack time.Duration
 	// TaintByPolicy (prevention): the node registers with no taint; the
 	// MutatingAdmissionPolicy of manifests/components/node-startup-taint,
@@ -160,7 +164,7 @@ type Result struct {
 	Control *PodResult `json:"control,omitempty"`
 	// Recreated is the pod whose sandbox was recreated (sandbox-recreated
 	// run), and RecreatedActions the controller's successful repairs with
-	// reason sandbox_recreated.
+	// reason sandbox_recreated (also node-reboot).
 	Recreated        *PodResult `json:"recreated,omitempty"`
 	RecreatedActions int        `json:"recreated_actions,omitempty"`
 	SecondsObserved  float64    `json:"seconds_observed"`
@@ -239,8 +243,11 @@ func (r *runner) execute(ctx context.Context) (*Result, error) {
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
-	if r.cfg.Mode == SandboxRecreated {
+	switch r.cfg.Mode {
+	case SandboxRecreated:
 		return r.runRecreated(ctx)
+	case NodeReboot:
+		return r.runReboot(ctx)
 	}
 	if err := r.podsBeforeCNI(ctx); err != nil {
 		return nil, err
@@ -723,7 +730,7 @@ func (r *runner) startController(ctx context.Context) error {
 		"--health-probe-bind-address=0",
 		"--min-pod-age=" + r.cfg.MinPodAge.String(),
 	}
-	if r.cfg.Mode == SandboxRecreated {
+	if r.cfg.Mode == SandboxRecreated || r.cfg.Mode == NodeReboot {
 		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
 	}
 	args = append(args, r.cfg.RepairArgs...)

@@ -196,3 +196,23 @@ func TestSandboxRecreatedRepair(t *testing.T) {
 		}
 	}
 }
+
+// The node reboots with every sandbox lost and its conflist rewritten
+// without consul-cni while it is down. Whichever pod got its new sandbox
+// before the installer chained consul-cni again bypassed; at the end no pod
+// may bypass: the controller replaced every such pod (sandbox_recreated).
+func TestNodeReboot(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second})
+	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d sandbox_recreated repairs", res.Node, res.EverBypassed, pods, res.RecreatedActions)
+	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("bypassing at end %d, all meshed %v: a pod stayed outside the mesh after the reboot", res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.RecreatedActions < res.EverBypassed {
+		t.Fatalf("%d pods bypassed, %d sandbox_recreated repairs: the controller missed some", res.EverBypassed, res.RecreatedActions)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass > 0 && !p.Deleted {
+			t.Errorf("pod %s bypassed and is still there", p.Name)
+		}
+	}
+}
