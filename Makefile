@@ -17,12 +17,14 @@ export PATH := $(GO_PREFIX)/bin:$(PATH)
 BIN         := bin
 CACHE       := .cache
 KUBE_BIN    := $(CACHE)/kube/bin
+NODE_BIN    := $(CACHE)/node/bin
 CNI_BIN     := $(CACHE)/cni/bin
 NODES       ?= 1
 GOTEST      ?= $(GO) test
 TEST_FLAGS  ?=
 export CCR_KUBE_BIN_DIR := $(abspath $(KUBE_BIN))
 export CCR_CNI_BIN_DIR  := $(abspath $(CNI_BIN))
+export CCR_NODE_BIN_DIR := $(abspath $(NODE_BIN))
 
 # One version string for every binary, image and manifest (hack/version.sh).
 VERSION     ?= $(shell ./hack/version.sh)
@@ -46,7 +48,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins kubectl cni-bins test test-unit test-privileged test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-unit test-privileged test-integration \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
@@ -102,6 +104,11 @@ deps: toolchain
 ## kube-bins: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl v1.37.2 (cold: ~15 min on 2 cores)
 kube-bins: toolchain
 	@./hack/build-kube.sh $(abspath $(KUBE_BIN))
+
+## node-bins: what a real test node runs (tests/harness/realnode): containerd, ctr, containerd-shim-runc-v2 and runc
+## (tests/node/go.mod), kubelet v1.37.2 (tests/kube); installs libseccomp-dev (cold: ~5 min with a warm kube cache)
+node-bins: toolchain
+	@./hack/build-node.sh $(abspath $(NODE_BIN))
 
 ## kubectl: kubectl v1.37.2 (k8s.io/kubectl) into .cache/kube/bin, for the local cluster (make cluster)
 kubectl: toolchain

@@ -5,7 +5,10 @@
 #
 #   apt-install.sh [--stop SERVICE]... COMMAND=PACKAGE...
 #
-# Example: apt-install.sh --stop etcd ip=iproute2 etcd=etcd-server
+# COMMAND is a command looked up on PATH, or an absolute path that must
+# exist (a header of a -dev package).
+#
+# Example: apt-install.sh --stop etcd ip=iproute2 etcd=etcd-server /usr/include/seccomp.h=libseccomp-dev
 set -euo pipefail
 
 stop=()
@@ -15,6 +18,10 @@ while [ $# -gt 0 ]; do
 	--stop)
 		stop+=("$2")
 		shift 2
+		;;
+	/*=*)
+		[ -e "${1%%=*}" ] || need+=("${1#*=}")
+		shift
 		;;
 	*=*)
 		command -v "${1%%=*}" >/dev/null 2>&1 || need+=("${1#*=}")
