@@ -72,6 +72,11 @@ type Nodes interface {
 	// Start starts a node; it returns once the node is Ready. The node's
 	// Stop undoes everything Start made.
 	Start(ctx context.Context, spec NodeSpec) (Node, error)
+	// PodImages are the images of the injected pods on these nodes.
+	PodImages() PodImages
+	// Installer adapts the pod of the installer DaemonSet (pinned to n)
+	// to these nodes: the image to run, the host's CNI directories.
+	Installer(n Node, spec *corev1.PodSpec) error
 }
 
 // NodeInfo is what the node reports of itself (the Node's

@@ -454,12 +454,30 @@ const redirectConfig = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUs
 	`"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,` +
 	`"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
 
+// PodImages are the images of the injected pods' containers on a kind of
+// node. Each runs tests/cmd/podprog, as the simulated node's program for
+// the image or as the image's entrypoint (Entrypoint: the connect-init
+// container then gives only podprog's arguments).
+type PodImages struct {
+	ConnectInit, Dataplane, App string
+	Entrypoint                  bool
+}
+
+// SimPodImages are the image names consul-k8s gives the pods, with the
+// app's own; simulated nodes run podprog for each.
+var SimPodImages = PodImages{ConnectInit: "hashicorp/consul-k8s-control-plane:1.6.2",
+	Dataplane: "hashicorp/consul-dataplane:1.6.2", App: "example.com/race/podprog:1.0"}
+
 // InjectedPodTemplate is a pod as the consul-k8s connect-inject webhook
 // leaves it with transparent proxy and the CNI plugin: its markers, the
 // connect-init init container (UID 5996), the dataplane sidecar (UID 5995,
 // here a stand-in answering "proxy" on 15001 and 20000) and the app, a
 // prober of the external service.
-func InjectedPodTemplate(name, nodeName string, service string, interval time.Duration) corev1.PodTemplateSpec {
+func InjectedPodTemplate(name, nodeName string, service string, interval time.Duration, img PodImages) corev1.PodTemplateSpec {
+	initCmd, initArgs := []string{"consul-k8s-control-plane", "connect-init"}, []string(nil)
+	if img.Entrypoint {
+		initCmd, initArgs = nil, []string{"connect-init"}
+	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels: map[string]string{"app": name, annotations.KeyInjectStatus: annotations.InjectStatusInjected},
@@ -476,19 +494,20 @@ func InjectedPodTemplate(name, nodeName string, service string, interval time.Du
 			TerminationGracePeriodSeconds: ptr.To(int64(5)),
 			InitContainers: []corev1.Container{{
 				Name:            annotations.InitContainerName,
-				Image:           "hashicorp/consul-k8s-control-plane:1.6.2",
-				Command:         []string{"consul-k8s-control-plane", "connect-init"},
+				Image:           img.ConnectInit,
+				Command:         initCmd,
+				Args:            initArgs,
 				SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.InitUID)), RunAsGroup: ptr.To(int64(annotations.InitUID))},
 			}},
 			Containers: []corev1.Container{
 				{
 					Name:  ProberContainer,
-					Image: "example.com/race/podprog:1.0",
+					Image: img.App,
 					Args:  []string{"probe", "--target=" + service, "--interval=" + interval.String()},
 				},
 				{
 					Name:            "consul-dataplane",
-					Image:           "hashicorp/consul-dataplane:1.6.2",
+					Image:           img.Dataplane,
 					Args:            []string{"proxy", "--outbound=15001", "--inbound=20000"},
 					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.ProxyUID)), RunAsGroup: ptr.To(int64(annotations.ProxyUID))},
 					ReadinessProbe: &corev1.Probe{
@@ -502,7 +521,7 @@ func InjectedPodTemplate(name, nodeName string, service string, interval time.Du
 }
 
 func (r *runner) deploy(ctx context.Context) error {
-	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval, r.e.Nodes.PodImages())
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: Deployment, Namespace: r.ns},
 		Spec: appsv1.DeploymentSpec{
@@ -551,7 +570,7 @@ func (r *runner) waitRunning(ctx context.Context) error {
 const ControlPod = "control"
 
 func (r *runner) createControl(ctx context.Context) error {
-	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval, r.e.Nodes.PodImages())
 	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 	pod.Name, pod.Namespace = ControlPod, r.ns
 	_, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -578,6 +597,9 @@ func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) erro
 				ds.Spec.Template.Spec.NodeSelector = map[string]string{}
 			}
 			ds.Spec.Template.Spec.NodeSelector[nodeLabel] = r.id
+			if err := r.e.Nodes.Installer(r.node, &ds.Spec.Template.Spec); err != nil {
+				return err
+			}
 			r.ds = true
 			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
 			r.onCleanup(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -50,6 +51,14 @@ func (s *SimNodes) Start(ctx context.Context, spec NodeSpec) (Node, error) {
 	return sn, nil
 }
 
+// PodImages are SimPodImages.
+func (s *SimNodes) PodImages() PodImages { return SimPodImages }
+
+// Installer leaves the DaemonSet as the manifests have it: a simulated node
+// runs the installer built from this tree for its image and roots its host
+// paths in the node's directory.
+func (s *SimNodes) Installer(Node, *corev1.PodSpec) error { return nil }
+
 // programs maps the images the runs use to the Env's binaries.
 func (s *SimNodes) programs() map[string]string {
 	b := s.e.Bins
@@ -78,8 +87,13 @@ func (n *simNode) PrimaryConflist() string {
 	return filepath.Join(n.ConfDir(), simnode.PrimaryNetworkFile)
 }
 
-func (n *simNode) LogFiles() ([]LogFile, error) {
-	files, err := simnode.LogFiles(n.root)
+func (n *simNode) LogFiles() ([]LogFile, error) { return logFiles(simnode.LogFiles(n.root)) }
+
+// podLogFiles lists the logs in a directory laid out as kubelet's
+// podLogsDir.
+func podLogFiles(dir string) ([]LogFile, error) { return logFiles(simnode.PodLogFiles(dir)) }
+
+func logFiles(files []simnode.LogFile, err error) ([]LogFile, error) {
 	out := make([]LogFile, 0, len(files))
 	for _, f := range files {
 		out = append(out, LogFile(f))
