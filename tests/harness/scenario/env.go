@@ -101,6 +101,35 @@ func NewEnv(tb TB, c *cluster.Cluster) *Env {
 	return e
 }
 
+// NodesEnv chooses the kind of node the runs use when the caller does not:
+// "real" or "simnode" (DefaultNodes when unset).
+const NodesEnv = "CCR_NODES"
+
+// DefaultNodes is the kind of node the runs use by default.
+const DefaultNodes = "simnode"
+
+// NodeKinds are the kinds UseNodes knows.
+var NodeKinds = []string{"real", "simnode"}
+
+// NodesFromEnv is $CCR_NODES, else DefaultNodes.
+func NodesFromEnv() string {
+	if k := os.Getenv(NodesEnv); k != "" {
+		return k
+	}
+	return DefaultNodes
+}
+
+// UseNodes makes the runs use nodes of kind, building what they need.
+func (e *Env) UseNodes(tb TB, kind string) error {
+	tb.Helper()
+	switch kind {
+	case "simnode":
+		e.Nodes = &SimNodes{e: e}
+		return nil
+	}
+	return fmt.Errorf("node kind %q: not one of %s", kind, strings.Join(NodeKinds, ", "))
+}
+
 func has(cmd string) bool {
 	_, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd))
 	return err == nil

@@ -23,6 +23,9 @@ func run(t *testing.T, cfg scenario.Config) *scenario.Result {
 	c := cluster.Shared(t)
 	env := scenario.NewEnv(t, c)
 	env.Logf = t.Logf
+	if err := env.UseNodes(t, scenario.NodesFromEnv()); err != nil {
+		t.Fatalf("%v", err)
+	}
 	if err := env.Supports(cfg.Mode); err != nil {
 		t.Fatalf("%v", err)
 	}
