@@ -199,7 +199,7 @@ func summary(r *scenario.Result) string {
 	}
 	s := fmt.Sprintf("%s: %d of %d pods ever bypassed, %d bypassing at the end, %s, %d actions", r.Name, r.EverBypassed, r.Pods, r.BypassingAtEnd, t, r.Actions)
 	if r.Name == string(scenario.NodeReboot) {
-		s += fmt.Sprintf(" (%d of them sandbox_recreated repairs)", r.RecreatedActions)
+		s += fmt.Sprintf(" (%d repairs with reason sandbox_recreated)", r.RecreatedActions)
 	}
 	if r.Control != nil {
 		s += fmt.Sprintf(" (control pod created after the plugin: %d meshed / %d bypass connections)", r.Control.Meshed, r.Control.Bypass)
