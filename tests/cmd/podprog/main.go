@@ -10,7 +10,8 @@
 //	proxy   [--outbound 15001] [--inbound 20000]
 //	        a stand-in for the Envoy sidecar: answers "proxy" on both ports.
 //	serve   --listen addr --reply text
-//	        answers every connection with text.
+//	        answers every connection with text; prints the address it
+//	        listens on.
 //	connect-init [--delay d]
 //	        stands in for consul-k8s's connect-init: waits, exits 0.
 //	exit    [--code n] [--message m] [--termination-log path] [--delay d]
@@ -207,6 +208,8 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
+	// On stdout, so that the container's log shows the server is up.
+	fmt.Printf("serve: listening on %s\n", l.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- answer(l, *reply) }()
 	select {

@@ -21,7 +21,18 @@ func MarkOwned(dir string) error {
 // (MarkOwned) no longer exists. Directories without an owner file are left
 // alone.
 func RemoveStale(pattern string) {
+	for _, d := range StaleDirs(pattern) {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// StaleDirs returns the directories matching pattern whose owner process
+// (MarkOwned) no longer exists, for callers that must undo more than files
+// (mounts, processes) before removing them. Directories without an owner
+// file are left out.
+func StaleDirs(pattern string) []string {
 	dirs, _ := filepath.Glob(pattern)
+	var out []string
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, ownerFile))
 		if err != nil {
@@ -32,7 +43,8 @@ func RemoveStale(pattern string) {
 			continue
 		}
 		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-			_ = os.RemoveAll(d)
+			out = append(out, d)
 		}
 	}
+	return out
 }
