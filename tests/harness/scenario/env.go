@@ -126,6 +126,13 @@ func (e *Env) UseNodes(tb TB, kind string) error {
 	case "simnode":
 		e.Nodes = &SimNodes{e: e}
 		return nil
+	case "real":
+		rn, err := NewRealNodes(tb, e)
+		if err != nil {
+			return err
+		}
+		e.Nodes = rn
+		return nil
 	}
 	return fmt.Errorf("node kind %q: not one of %s", kind, strings.Join(NodeKinds, ", "))
 }
