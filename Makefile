@@ -130,7 +130,7 @@ test-unit: toolchain
 test-privileged: deps
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
 
-test-integration: deps kube-bins
+test-integration: deps kube-bins node-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
 	$(MAKE) test-manifests-integration
 

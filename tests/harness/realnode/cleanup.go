@@ -292,20 +292,26 @@ func cleanHostPaths(dir string) {
 			_ = os.Remove(p)
 		}
 	}
+	cleanHostSockets()
+	if !kubeletRunning() {
+		_ = os.RemoveAll(devicePluginsDir)
+	}
+	for _, d := range []string{shimSocketDir, "/run/containerd", containerLogLinks, cniResultsDir, "/var/lib/cni", "/var/lib/kubelet"} {
+		_ = syscall.Rmdir(d) // only when empty
+	}
+}
+
+// cleanHostSockets removes the shim sockets nobody serves (shims of any
+// node that are gone).
+func cleanHostSockets() {
 	socks, _ := os.ReadDir(shimSocketDir)
 	for _, s := range socks {
 		p := filepath.Join(shimSocketDir, s.Name())
 		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
 			c.Close()
 		} else {
-			_ = os.Remove(p) // nobody serves it
+			_ = os.Remove(p)
 		}
-	}
-	if !kubeletRunning() {
-		_ = os.RemoveAll(devicePluginsDir)
-	}
-	for _, d := range []string{shimSocketDir, "/run/containerd", containerLogLinks, cniResultsDir, "/var/lib/cni", "/var/lib/kubelet"} {
-		_ = syscall.Rmdir(d) // only when empty
 	}
 }
 

@@ -159,6 +159,7 @@ func joinLabels(m map[string]string) string {
 func (n *Node) stopKubelet() {
 	n.mu.Lock()
 	p := n.kubelet
+	n.kubelet = nil // stopped on purpose: not reported by exited
 	n.mu.Unlock()
 	if p != nil {
 		p.Stop(10 * time.Second)

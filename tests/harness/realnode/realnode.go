@@ -312,8 +312,12 @@ func (n *Node) ConfList() ([]byte, error) {
 	return os.ReadFile(filepath.Join(n.paths.cniConf, ConfListFile))
 }
 
-// WaitReady waits until the Node reports Ready and records when (Ready).
+// WaitReady waits until kubelet, since its last start, reports the Node
+// Ready, and records when (Ready).
 func (n *Node) WaitReady(ctx context.Context) error {
+	n.mu.Lock()
+	started := n.KubeletStarted.Truncate(time.Second) // heartbeats have a one-second resolution
+	n.mu.Unlock()
 	var last string
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if err := n.exited(); err != nil {
@@ -327,7 +331,8 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				last = fmt.Sprintf("Ready=%s (%s: %s)", cond.Status, cond.Reason, cond.Message)
-				if cond.Status == corev1.ConditionTrue {
+				// A condition from before kubelet's (re)start does not count.
+				if cond.Status == corev1.ConditionTrue && !cond.LastHeartbeatTime.Time.Before(started) {
 					return true, nil
 				}
 			}

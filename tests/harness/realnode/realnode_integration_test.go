@@ -3,7 +3,9 @@
 package realnode_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -158,7 +160,7 @@ func assertGone(t *testing.T, dir, cgroup string, nodeIP, podIP netip.Addr) {
 		t.Errorf("cgroups left: %v", cgs)
 	}
 	out, _ := exec.Command("ip", "-o", "addr", "show", "dev", "lo").Output()
-	if strings.Contains(string(out), " "+nodeIP.String()+"/") {
+	if nodeIP.IsValid() && strings.Contains(string(out), " "+nodeIP.String()+"/") {
 		t.Errorf("node IP %s left on lo", nodeIP)
 	}
 	out, _ = exec.Command("ip", "route", "show", podIP.String()).Output()
@@ -189,4 +191,171 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Restart is a reboot: the pod's sandbox is lost and kubelet makes a new
+// one with the conflist the hook wrote while both daemons were down (here a
+// narrower address range, so the new sandbox shows which conflist it got).
+func TestRestartLosesSandboxes(t *testing.T) {
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	img := realnode.ProgramImage(t, "podprog")
+	n := realnode.StartForTest(t, c, r, realnode.Options{Images: []string{img.Archive}})
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, servePod(ns, "web", n.Name, img, "up"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitRunning(t, c, ns, "web")
+	first, last := testnet.Host(n.Subnet, 200), testnet.Host(n.Subnet, 250)
+	narrow := narrowRange(t, n.DefaultConfList(), first, last)
+	if err := n.Restart(ctx, func() error { return n.WriteConfList(narrow) }); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := n.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node Ready %.2fs after kubelet restarted", n.ReadyAfter().Seconds())
+	var ip netip.Addr
+	poll.Eventually(t, 3*time.Minute, "the pod running again in a new sandbox with an address of the new conflist", func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ip, _ = netip.ParseAddr(p.Status.PodIP)
+		restarted := len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount > 0 &&
+			p.Status.ContainerStatuses[0].State.Running != nil
+		inRange := ip.IsValid() && ip.Compare(first) >= 0 && ip.Compare(last) <= 0
+		return restarted && inRange, fmt.Errorf("IP %s (before %s), statuses %v", p.Status.PodIP, before.Status.PodIP, p.Status.ContainerStatuses)
+	})
+	poll.Eventually(t, time.Minute, "the restarted pod answers the host", func() error {
+		got, err := dialRead(netip.AddrPortFrom(ip, 8080).String())
+		if err == nil && got != "up" {
+			return fmt.Errorf("answer %q", got)
+		}
+		return err
+	})
+}
+
+// narrowRange sets host-local's range of a ptp conflist to first-last.
+func narrowRange(t *testing.T, conf []byte, first, last netip.Addr) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(conf, &m); err != nil {
+		t.Fatal(err)
+	}
+	ipam := m["plugins"].([]any)[0].(map[string]any)["ipam"].(map[string]any)
+	r := ipam["ranges"].([]any)[0].([]any)[0].(map[string]any)
+	r["rangeStart"], r["rangeEnd"] = first.String(), last.String()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The figures of the targets (logged, not asserted: the machine is
+// shared): node Ready after kubelet starts, and the memory of kubelet,
+// containerd and the shims with 10 pods.
+func TestNodeFigures(t *testing.T) {
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	img := realnode.ProgramImage(t, "podprog")
+	n := realnode.StartForTest(t, c, r, realnode.Options{Images: []string{img.Archive}})
+	ready := n.ReadyAfter()
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	start := time.Now()
+	const pods = 10
+	for i := 0; i < pods; i++ {
+		name := fmt.Sprintf("web-%d", i)
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, servePod(ns, name, n.Name, img, name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < pods; i++ {
+		waitRunning(t, c, ns, fmt.Sprintf("web-%d", i))
+	}
+	running := time.Since(start)
+	u, err := n.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.ShimCount == 0 || u.PodProcesses < pods {
+		t.Errorf("usage counted %d shims and %d pod processes for %d pods", u.ShimCount, u.PodProcesses, pods)
+	}
+	t.Logf("FIGURES node Ready %.2fs after kubelet start (target <= 5 s); %d pods Running in %.1fs; RSS: %v (target < 600 MiB)",
+		ready.Seconds(), pods, running.Seconds(), u)
+}
+
+// TestKilledRun: a test process that is killed leaves its node behind
+// (shims, containers, mounts, cgroups); SweepStale, which Start runs, removes
+// all of it.
+func TestKilledRun(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestHelperKilledNode$", "-test.v", "-test.timeout", "5m")
+	cmd.Env = append(os.Environ(), "CCR_REALNODE_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var dir, podIP string
+	var log strings.Builder
+	s := bufio.NewScanner(out)
+	for s.Scan() {
+		log.WriteString(s.Text() + "\n")
+		if v, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "KILLME "); ok {
+			dir, podIP, _ = strings.Cut(v, " ")
+			break
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if dir == "" {
+		t.Fatalf("the helper process did not start its node:\n%s", log.String())
+	}
+	if len(pidsNaming(dir)) == 0 {
+		t.Fatalf("nothing of %s survived the kill: the test would prove nothing", dir)
+	}
+	realnode.SweepStale()
+	ip := netip.MustParseAddr(podIP)
+	// The node IP stays on lo until the address slot is reserved again
+	// (tests/harness/testnet); the rest must be gone now.
+	assertGone(t, dir, filepath.Base(dir), netip.Addr{}, ip)
+}
+
+// TestHelperKilledNode is TestKilledRun's child: a node with a pod, then
+// it waits to be killed.
+func TestHelperKilledNode(t *testing.T) {
+	if os.Getenv("CCR_REALNODE_HELPER") != "1" {
+		t.Skip("run by TestKilledRun")
+	}
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	img := realnode.ProgramImage(t, "podprog")
+	n := realnode.StartForTest(t, c, r, realnode.Options{Images: []string{img.Archive}})
+	ns := c.Namespace(t)
+	if _, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), servePod(ns, "web", n.Name, img, "x"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitRunning(t, c, ns, "web")
+	fmt.Printf("KILLME %s %s\n", n.Dir, pod.Status.PodIP)
+	select {}
+}
+
+func pidsNaming(dir string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), dir) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

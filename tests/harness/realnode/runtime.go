@@ -198,6 +198,7 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 func (n *Node) stopContainerd() {
 	n.mu.Lock()
 	p := n.containerd
+	n.containerd = nil // stopped on purpose: not reported by exited
 	n.mu.Unlock()
 	if p != nil {
 		p.Stop(10 * time.Second)
