@@ -214,8 +214,11 @@ func (n *realNode) RecreateSandbox(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
-// Reboot needs a restart of kubelet and containerd with every sandbox
-// lost, which tests/harness/realnode does not offer yet.
-func (n *realNode) Reboot(context.Context, func() error) error {
-	return errors.New("reboot of a real node: tests/harness/realnode has no restart yet")
+// Reboot restarts kubelet and containerd with every sandbox lost
+// (realnode.Node.Restart) and waits until the node is Ready again.
+func (n *realNode) Reboot(ctx context.Context, whileDown func() error) error {
+	if err := n.Restart(ctx, whileDown); err != nil {
+		return err
+	}
+	return n.WaitReady(ctx)
 }
