@@ -77,6 +77,12 @@ type Nodes interface {
 	// Installer adapts the pod of the installer DaemonSet (pinned to n)
 	// to these nodes: the image to run, the host's CNI directories.
 	Installer(n Node, spec *corev1.PodSpec) error
+	// ControllerPod tells whether the repair controller runs as the
+	// manifests' Deployment on these nodes (else as a process of the
+	// test); Controller then adapts its pod (pinned to n, the run's flags
+	// set) to these nodes.
+	ControllerPod() bool
+	Controller(n Node, spec *corev1.PodSpec) error
 }
 
 // NodeInfo is what the node reports of itself (the Node's

@@ -25,10 +25,10 @@ import (
 // into the node's containerd.
 type RealNodes struct {
 	e *Env
-	// podprog is tests/cmd/podprog as an image; installer the project's
-	// installer image and its reference.
-	podprog, installer realnode.Image
-	cniBinDir          string
+	// podprog is tests/cmd/podprog as an image; installer and repair the
+	// project's images.
+	podprog, installer, repair realnode.Image
+	cniBinDir                  string
 }
 
 // ImagesDirEnv names the directory of the project's image archives
@@ -46,12 +46,14 @@ func NewRealNodes(tb testbin.TB, e *Env) (*RealNodes, error) {
 	if dir == "" {
 		dir = filepath.Join(testbin.RepoRoot(), "bin", "images")
 	}
-	archive := filepath.Join(dir, "consul-cni-installer.oci.tar")
-	ref, err := archiveRef(archive)
-	if err != nil {
-		return nil, fmt.Errorf("the installer's image (build it with `make images`): %w", err)
+	for name, img := range map[string]*realnode.Image{"consul-cni-installer": &rn.installer, "repair": &rn.repair} {
+		archive := filepath.Join(dir, name+".oci.tar")
+		ref, err := archiveRef(archive)
+		if err != nil {
+			return nil, fmt.Errorf("image %s of the project (build it with `make images`): %w", name, err)
+		}
+		*img = realnode.Image{Ref: ref, Archive: archive}
 	}
-	rn.installer = realnode.Image{Ref: ref, Archive: archive}
 	return rn, nil
 }
 
@@ -105,7 +107,7 @@ func (s *RealNodes) PodImages() PodImages {
 func (s *RealNodes) Start(ctx context.Context, spec NodeSpec) (Node, error) {
 	n, err := realnode.Start(ctx, s.e.Cluster, s.e.Range, realnode.Options{
 		Name: spec.Name, Labels: spec.Labels, Taints: spec.Taints, Logf: spec.Logf, CNIBinDir: s.cniBinDir,
-		Images: []string{s.podprog.Archive, s.installer.Archive},
+		Images: []string{s.podprog.Archive, s.installer.Archive, s.repair.Archive},
 	})
 	if err != nil {
 		return nil, err
@@ -123,7 +125,7 @@ func (s *RealNodes) Start(ctx context.Context, spec NodeSpec) (Node, error) {
 // its metrics port, fixed in the manifest, is turned off so that nodes and
 // other users of this machine do not collide on it.
 func (s *RealNodes) Installer(n Node, spec *corev1.PodSpec) error {
-	host, port, err := hostPort(s.e.Cluster.Config.Host)
+	env, err := s.apiEnv()
 	if err != nil {
 		return err
 	}
@@ -141,10 +143,41 @@ func (s *RealNodes) Installer(n Node, spec *corev1.PodSpec) error {
 		if c.ReadinessProbe != nil && c.ReadinessProbe.Exec != nil {
 			c.ReadinessProbe.Exec.Command = hostDirArgs(c.ReadinessProbe.Exec.Command, n)
 		}
-		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
-			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+		c.Env = append(c.Env, env...)
 	}
 	return nil
+}
+
+// ControllerPod is true: the controller runs from its image.
+func (s *RealNodes) ControllerPod() bool { return true }
+
+// Controller runs the controller from the project's image on the node's
+// network, reaching the API server on loopback (it listens there only, and
+// there is no Service proxy).
+func (s *RealNodes) Controller(_ Node, spec *corev1.PodSpec) error {
+	env, err := s.apiEnv()
+	if err != nil {
+		return err
+	}
+	spec.HostNetwork = true
+	spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.Image = s.repair.Ref
+		c.ImagePullPolicy = corev1.PullNever
+		c.Env = append(c.Env, env...)
+	}
+	return nil
+}
+
+// apiEnv points in-cluster clients at the API server's own address, in
+// place of the kubernetes Service's.
+func (s *RealNodes) apiEnv() ([]corev1.EnvVar, error) {
+	host, port, err := hostPort(s.e.Cluster.Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	return []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: host}, {Name: "KUBERNETES_SERVICE_PORT", Value: port}}, nil
 }
 
 // hostDirArgs points the installer's host directory flags at the node's

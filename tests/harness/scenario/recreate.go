@@ -62,7 +62,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
 	victim := live[0]
 	r.setPhase("the installer is gone and consul-cni out of the chain")
-	r.deleteDaemonSet(r.dsNamespace, r.dsName)
+	r.deleteWorkload(r.dsNamespace, r.dsName, true)
 	if err := r.unchain(); err != nil {
 		return "", err
 	}

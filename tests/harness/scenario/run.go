@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -31,7 +29,6 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // Mode is one of the three runs.
@@ -602,25 +599,10 @@ func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) erro
 			}
 			r.ds = true
 			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
-			r.onCleanup(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
+			r.onCleanup(func() { r.deleteWorkload(ds.Namespace, ds.Name, true) })
 		}
 	}
 	return apply(ctx, r.cs, objs)
-}
-
-func (r *runner) deleteDaemonSet(ns, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
-	// Let the node finalize the installer pod before it stops.
-	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
-		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
-		return err == nil && len(l.Items) == 0, nil
-	})
-	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
-		_, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
 }
 
 // nodeBoundToken is a token of the installer's ServiceAccount bound to this
@@ -735,61 +717,6 @@ func (r *runner) chainString() string {
 		t = append(t, p.Type)
 	}
 	return strings.Join(t, " -> ")
-}
-
-// startController runs the repair controller as a process with the admin
-// kubeconfig (node readiness on, defaults otherwise).
-func (r *runner) startController(ctx context.Context) error {
-	port, err := testnet.FreePort()
-	if err != nil {
-		return err
-	}
-	r.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args := []string{
-		"--kubeconfig=" + r.e.Cluster.Kubeconfig,
-		"--leader-elect=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-		"--health-probe-bind-address=0",
-		"--min-pod-age=" + r.cfg.MinPodAge.String(),
-	}
-	if r.cfg.Mode == SandboxRecreated || r.cfg.Mode == NodeReboot {
-		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
-	}
-	args = append(args, r.cfg.RepairArgs...)
-	logFile := filepath.Join(r.dir, "repair.log")
-	f, err := os.Create(logFile)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	cmd := exec.Command(r.e.Bins.Repair, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	p, err := proc.Start(cmd, "")
-	if err != nil {
-		return err
-	}
-	r.controller = p
-	r.onCleanup(func() {
-		p.Stop(10 * time.Second)
-		if b, err := os.ReadFile(logFile); err == nil {
-			r.logf("repair controller log:\n%s", tail(string(b), 40))
-		}
-	})
-	r.logf("repair controller started: %s %s", r.e.Bins.Repair, strings.Join(args, " "))
-	return poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
-		select {
-		case <-p.Done():
-			b, _ := os.ReadFile(logFile)
-			return false, fmt.Errorf("repair controller exited: %v\n%s", p.Err(), tail(string(b), 30))
-		default:
-		}
-		resp, err := http.Get(r.metrics)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
 }
 
 // installerLogs returns the end of the installer containers' output on

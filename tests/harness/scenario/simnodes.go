@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,6 +59,14 @@ func (s *SimNodes) PodImages() PodImages { return SimPodImages }
 // runs the installer built from this tree for its image and roots its host
 // paths in the node's directory.
 func (s *SimNodes) Installer(Node, *corev1.PodSpec) error { return nil }
+
+// ControllerPod is false: the controller runs as a process of the test.
+func (s *SimNodes) ControllerPod() bool { return false }
+
+// Controller is not called for simulated nodes.
+func (s *SimNodes) Controller(Node, *corev1.PodSpec) error {
+	return errors.New("simulated nodes run the controller as a process")
+}
 
 // programs maps the images the runs use to the Env's binaries.
 func (s *SimNodes) programs() map[string]string {
