@@ -25,6 +25,8 @@ TEST_FLAGS  ?=
 export CCR_KUBE_BIN_DIR := $(abspath $(KUBE_BIN))
 export CCR_CNI_BIN_DIR  := $(abspath $(CNI_BIN))
 export CCR_NODE_BIN_DIR := $(abspath $(NODE_BIN))
+# The project's image archives the race runs import into real nodes.
+export CCR_IMAGES_DIR := $(abspath $(BIN)/images)
 
 # One version string for every binary, image and manifest (hack/version.sh).
 VERSION     ?= $(shell ./hack/version.sh)
@@ -48,7 +50,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-unit test-privileged test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins node-images kubectl cni-bins test test-unit test-privileged test-integration \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
@@ -130,7 +132,7 @@ test-unit: toolchain
 test-privileged: deps
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
 
-test-integration: deps kube-bins node-bins
+test-integration: deps kube-bins node-bins node-images
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
 	$(MAKE) test-manifests-integration
 
@@ -230,9 +232,14 @@ fuzz: toolchain
 cluster: deps kube-bins
 	$(GO) run ./tests/cmd/cluster --nodes $(NODES)
 
-## demo: the race, reproduced and repaired, on an embedded local cluster
-demo: deps kube-bins
-	$(GO) run ./tests/cmd/demo
+## node-images: the project's images (make images) for this machine's platform only, for real test nodes
+node-images:
+	$(MAKE) images IMAGE_PLATFORMS=linux/$$($(GO) env GOARCH)
+
+## demo: the race, reproduced and repaired, on an embedded local cluster of real nodes
+## (DEMO_NODES=simnode: simulated nodes)
+demo: deps kube-bins node-bins node-images
+	$(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES))
 
 clean: clean-testbin
 	rm -rf $(BIN) $(DIST) $(CACHE)/testbin

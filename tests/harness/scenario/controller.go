@@ -137,7 +137,10 @@ func (r *runner) controllerDeployment(ctx context.Context, args []string) error 
 		if err := r.e.Nodes.Controller(r.node, spec); err != nil {
 			return err
 		}
-		r.onCleanup(func() { r.deleteWorkload(d.Namespace, d.Name, false) })
+		r.onCleanup(func() {
+			r.logf("repair controller log:%s", r.containerLogs(d.Namespace, "repair", 40))
+			r.deleteWorkload(d.Namespace, d.Name, false)
+		})
 		r.logf("repair controller Deployment %s/%s: %s", d.Namespace, d.Name, strings.Join(spec.Containers[0].Args, " "))
 	}
 	return apply(ctx, r.cs, objs)

@@ -106,7 +106,7 @@ func NewEnv(tb TB, c *cluster.Cluster) *Env {
 const NodesEnv = "CCR_NODES"
 
 // DefaultNodes is the kind of node the runs use by default.
-const DefaultNodes = "simnode"
+const DefaultNodes = "real"
 
 // NodeKinds are the kinds UseNodes knows.
 var NodeKinds = []string{"real", "simnode"}

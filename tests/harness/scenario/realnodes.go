@@ -27,8 +27,8 @@ type RealNodes struct {
 	e *Env
 	// podprog is tests/cmd/podprog as an image; installer and repair the
 	// project's images.
-	podprog, installer, repair realnode.Image
-	cniBinDir                  string
+	podprog, installer, repair, check realnode.Image
+	cniBinDir                         string
 }
 
 // ImagesDirEnv names the directory of the project's image archives
@@ -46,7 +46,7 @@ func NewRealNodes(tb testbin.TB, e *Env) (*RealNodes, error) {
 	if dir == "" {
 		dir = filepath.Join(testbin.RepoRoot(), "bin", "images")
 	}
-	for name, img := range map[string]*realnode.Image{"consul-cni-installer": &rn.installer, "repair": &rn.repair} {
+	for name, img := range map[string]*realnode.Image{"consul-cni-installer": &rn.installer, "repair": &rn.repair, "consul-cni-check": &rn.check} {
 		archive := filepath.Join(dir, name+".oci.tar")
 		ref, err := archiveRef(archive)
 		if err != nil {
@@ -100,14 +100,14 @@ func (s *RealNodes) Kind() string { return "real" }
 
 // PodImages: every container runs the podprog image by its entrypoint.
 func (s *RealNodes) PodImages() PodImages {
-	return PodImages{ConnectInit: s.podprog.Ref, Dataplane: s.podprog.Ref, App: s.podprog.Ref, Entrypoint: true}
+	return PodImages{ConnectInit: s.podprog.Ref, Dataplane: s.podprog.Ref, App: s.podprog.Ref, Entrypoint: true, Check: s.check.Ref}
 }
 
 // Start starts a real node with the images imported.
 func (s *RealNodes) Start(ctx context.Context, spec NodeSpec) (Node, error) {
 	n, err := realnode.Start(ctx, s.e.Cluster, s.e.Range, realnode.Options{
 		Name: spec.Name, Labels: spec.Labels, Taints: spec.Taints, Logf: spec.Logf, CNIBinDir: s.cniBinDir,
-		Images: []string{s.podprog.Archive, s.installer.Archive, s.repair.Archive},
+		Images: []string{s.podprog.Archive, s.installer.Archive, s.repair.Archive, s.check.Archive},
 	})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
@@ -42,7 +43,19 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	res.RecreatedActions = r.actionsFor("sandbox_recreated")
+	res.Controller = &ControllerView{
+		BrokenPods:       int(r.metricSum(repair.MetricBrokenPods)),
+		BreakerOpenNodes: int(r.metricSum(repair.MetricBreakerOpenNodes)),
+	}
 	return res, nil
+}
+
+// ControllerView is what the repair controller reported at the end of a
+// run (its metrics): the injected pods it judges outside the mesh, and the
+// nodes on which its circuit breaker stops repairs.
+type ControllerView struct {
+	BrokenPods       int `json:"broken_pods"`
+	BreakerOpenNodes int `json:"breaker_open_nodes"`
 }
 
 // meshedBeforeTrouble chains consul-cni by the installer DaemonSet, deploys

@@ -25,6 +25,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
@@ -79,6 +80,10 @@ type Config struct {
 	// SandboxSlack is the controller's --sandbox-slack in the
 	// sandbox-recreated and node-reboot runs [5s].
 	SandboxSlack time.Duration
+	// CheckInit gives the injected pods the init-container check
+	// consul-cni-check of docs/examples/init-check as their first init
+	// container.
+	CheckInit bool
 	// TaintByPolicy (prevention): the node registers with no taint; the
 	// MutatingAdmissionPolicy of manifests/components/node-startup-taint,
 	// installed for the run, adds the startup taint when it is created.
@@ -165,6 +170,9 @@ type Result struct {
 	Recreated        *PodResult `json:"recreated,omitempty"`
 	RecreatedActions int        `json:"recreated_actions,omitempty"`
 	SecondsObserved  float64    `json:"seconds_observed"`
+	// Controller is what the controller reported at the end
+	// (node-reboot run).
+	Controller *ControllerView `json:"controller,omitempty"`
 	// Node is what the run's node reported of itself.
 	Node       *NodeInfo   `json:"node,omitempty"`
 	Chain      string      `json:"chain"`
@@ -458,6 +466,9 @@ const redirectConfig = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUs
 type PodImages struct {
 	ConnectInit, Dataplane, App string
 	Entrypoint                  bool
+	// Check is the image of the init-container check (empty: the
+	// documented example's).
+	Check string
 }
 
 // SimPodImages are the image names consul-k8s gives the pods, with the
@@ -519,6 +530,11 @@ func InjectedPodTemplate(name, nodeName string, service string, interval time.Du
 
 func (r *runner) deploy(ctx context.Context) error {
 	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval, r.e.Nodes.PodImages())
+	if r.cfg.CheckInit {
+		if err := r.withCheck(&tmpl); err != nil {
+			return err
+		}
+	}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: Deployment, Namespace: r.ns},
 		Spec: appsv1.DeploymentSpec{
@@ -721,15 +737,19 @@ func (r *runner) chainString() string {
 
 // installerLogs returns the end of the installer containers' output on
 // the node, for error messages.
-func (r *runner) installerLogs() string {
+func (r *runner) installerLogs() string { return r.containerLogs("consul-cni-repair", "", 15) }
+
+// containerLogs returns the last lines of every log on the node of
+// containers in namespace ns named container (any when empty).
+func (r *runner) containerLogs(ns, container string, lines int) string {
 	files, _ := r.node.LogFiles()
 	var b strings.Builder
 	for _, f := range files {
-		if f.Namespace != "consul-cni-repair" {
+		if f.Namespace != ns || (container != "" && f.Container != container) {
 			continue
 		}
 		out, _ := os.ReadFile(f.Path)
-		fmt.Fprintf(&b, "\n--- %s/%s %s #%d:\n%s", f.Namespace, f.Pod, f.Container, f.Instance, tail(string(out), 15))
+		fmt.Fprintf(&b, "\n--- %s/%s %s #%d:\n%s", f.Namespace, f.Pod, f.Container, f.Instance, tail(string(out), lines))
 	}
 	return b.String()
 }
@@ -748,6 +768,16 @@ func (r *runner) actions() int { return r.actionsFor("") }
 // actionsFor reads the controller's successful repairs with reason (any
 // reason when empty) from its metrics.
 func (r *runner) actionsFor(reason string) int {
+	match := []string{repair.LabelResult + `="` + repair.ResultSuccess + `"`, `dry_run="false"`}
+	if reason != "" {
+		match = append(match, repair.LabelReason+`="`+reason+`"`)
+	}
+	return int(r.metricSum(repair.MetricPodsRepaired, match...))
+}
+
+// metricSum adds up the controller's samples of metric whose line holds
+// every one of match (0 when it cannot be read).
+func (r *runner) metricSum(metric string, match ...string) float64 {
 	if r.metrics == "" {
 		return 0
 	}
@@ -760,16 +790,16 @@ func (r *runner) actionsFor(reason string) int {
 	total := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+next:
 	for sc.Scan() {
 		l := sc.Text()
-		if !strings.HasPrefix(l, "consul_cni_repair_pods_repaired_total{") {
+		if !strings.HasPrefix(l, metric+"{") && !strings.HasPrefix(l, metric+" ") {
 			continue
 		}
-		if !strings.Contains(l, `result="success"`) || !strings.Contains(l, `dry_run="false"`) {
-			continue
-		}
-		if reason != "" && !strings.Contains(l, `reason="`+reason+`"`) {
-			continue
+		for _, m := range match {
+			if !strings.Contains(l, m) {
+				continue next
+			}
 		}
 		if i := strings.LastIndexByte(l, ' '); i > 0 {
 			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
@@ -777,7 +807,7 @@ func (r *runner) actionsFor(reason string) int {
 			}
 		}
 	}
-	return int(total)
+	return total
 }
 
 // tick reads the probers' output and the pods, and reports progress.
