@@ -135,10 +135,17 @@ func run(o *options) error {
 			}
 			step(describe(mode, o))
 			live := newLine(os.Stdout)
-			res, err := scenario.Run(ctx, e, scenario.Config{
+			cfg := scenario.Config{
 				Mode: mode, Pods: o.Pods, CNIDelay: o.CNIDelay, Observe: o.Observe, MinPodAge: o.MinPodAge,
 				Progress: func(p scenario.Progress) { live.show(progressLine(p)) },
-			})
+				// The prevention run's pods also carry the init-container
+				// check; a reboot's outcome is clear within 90 s.
+				CheckInit: mode == scenario.Prevention,
+			}
+			if mode == scenario.NodeReboot {
+				cfg.Timeout = 90 * time.Second
+			}
+			res, err := scenario.Run(ctx, e, cfg)
 			live.done()
 			if err != nil {
 				return fmt.Errorf("%s run: %w (see %s)", m, err, o.Log)
@@ -169,7 +176,7 @@ func describe(m scenario.Mode, o *options) string {
 	case scenario.Repair:
 		return fmt.Sprintf("run repair: the same race, with the repair controller running (--min-pod-age=%s): it evicts the pods that bypassed once the node's CNI is ready", o.MinPodAge)
 	case scenario.Prevention:
-		return "run prevention: the node joins with the startup taint consul.hashicorp.com/cni-not-ready; pods wait until the installer has chained consul-cni and the controller lifts the taint"
+		return "run prevention: the node joins with the startup taint consul.hashicorp.com/cni-not-ready; pods (with the init-container check consul-cni-check) wait until the installer has chained consul-cni and the controller lifts the taint"
 	case scenario.NodeReboot:
 		return "run node-reboot: meshed pods; kubelet and the runtime restart with every sandbox lost, the conflist rewritten without consul-cni while the node is down; does any pod end outside the mesh, and does the controller find it?"
 	}
@@ -200,6 +207,9 @@ func summary(r *scenario.Result) string {
 	s := fmt.Sprintf("%s: %d of %d pods ever bypassed, %d bypassing at the end, %s, %d actions", r.Name, r.EverBypassed, r.Pods, r.BypassingAtEnd, t, r.Actions)
 	if r.Name == string(scenario.NodeReboot) {
 		s += fmt.Sprintf(" (%d repairs with reason sandbox_recreated)", r.RecreatedActions)
+		if c := r.Controller; c != nil {
+			s += fmt.Sprintf("; the controller judges %d pods outside the mesh, its circuit breaker is open on %d nodes", c.BrokenPods, c.BreakerOpenNodes)
+		}
 	}
 	if r.Control != nil {
 		s += fmt.Sprintf(" (control pod created after the plugin: %d meshed / %d bypass connections)", r.Control.Meshed, r.Control.Bypass)
