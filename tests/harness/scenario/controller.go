@@ -28,7 +28,8 @@ var controllerManifests = []string{"base/namespace.yaml", "base/controller/rbac.
 
 // startController starts the repair controller with node readiness on and
 // the run's flags: as the manifests' Deployment when the node kind runs it
-// (ControllerPod), else as a process of the test with the admin kubeconfig.
+// (ControllerPod) and the run does not ask for it outside, else as a
+// process of the test with the admin kubeconfig.
 // Either way it serves its metrics on a free port of 127.0.0.1.
 func (r *runner) startController(ctx context.Context) error {
 	port, err := testnet.FreePort()
@@ -42,7 +43,7 @@ func (r *runner) startController(ctx context.Context) error {
 	}
 	args = append(args, r.cfg.RepairArgs...)
 	exited := func() error { return nil }
-	if r.e.Nodes.ControllerPod() {
+	if r.e.Nodes.ControllerPod() && !r.cfg.ControllerOutside {
 		err = r.controllerDeployment(ctx, args)
 	} else {
 		exited, err = r.controllerProcess(args)

@@ -80,6 +80,11 @@ type Config struct {
 	// SandboxSlack is the controller's --sandbox-slack in the
 	// sandbox-recreated and node-reboot runs [5s].
 	SandboxSlack time.Duration
+	// ControllerOutside runs the controller as a process of the test on
+	// every kind of node (on real nodes it runs as the manifests'
+	// Deployment on the run's node otherwise), so that it keeps running
+	// through a node reboot.
+	ControllerOutside bool
 	// CheckInit gives the injected pods the init-container check
 	// consul-cni-check of docs/examples/init-check as their first init
 	// container.

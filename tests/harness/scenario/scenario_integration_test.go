@@ -259,3 +259,24 @@ func TestNodeReboot(t *testing.T) {
 		}
 	}
 }
+
+// The same reboot with the controller outside the node (a process of the
+// test): it keeps running through the reboot, sees the node's CNI readiness
+// go and come back, and replaces every pod that came back outside the mesh
+// (sandbox_recreated); at the end every pod is meshed.
+func TestNodeRebootControllerOutside(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second,
+		Timeout: 90 * time.Second, ControllerOutside: true})
+	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d sandbox_recreated repairs", res.Node, res.EverBypassed, pods, res.RecreatedActions)
+	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("bypassing at end %d, all meshed %v: a pod stayed outside the mesh after the reboot", res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.RecreatedActions < res.EverBypassed {
+		t.Fatalf("%d pods bypassed, %d sandbox_recreated repairs: the controller missed some", res.EverBypassed, res.RecreatedActions)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass > 0 && !p.Deleted {
+			t.Errorf("pod %s bypassed and is still there", p.Name)
+		}
+	}
+}
