@@ -44,7 +44,11 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	}
 	fs.IntVar(&o.Pods, "pods", 10, "injected pods in each run's Deployment")
 	fs.StringVar(&o.Report, "report", report, "JSON report path (default $DEMO_REPORT, else demo-report.json)")
-	fs.StringSliceVar(&o.Modes, "runs", []string{string(scenario.NoRepair), string(scenario.Repair), string(scenario.Prevention), string(scenario.NodeReboot)}, "runs to do, in order")
+	var runs []string
+	for _, m := range scenario.Modes {
+		runs = append(runs, string(m))
+	}
+	fs.StringSliceVar(&o.Modes, "runs", runs, "runs to do, in order")
 	fs.DurationVar(&o.CNIDelay, "cni-delay", 5*time.Second, "how long the pods run before consul-cni is chained on their node")
 	fs.DurationVar(&o.Observe, "observe", 20*time.Second, "shortest observation after consul-cni is chained")
 	fs.DurationVar(&o.MinPodAge, "min-pod-age", 10*time.Second, "the repair controller's --min-pod-age")
@@ -57,10 +61,8 @@ func (o *options) Validate() error {
 		return fmt.Errorf("--pods: %d is not between 1 and 100", o.Pods)
 	}
 	for _, m := range o.Modes {
-		switch scenario.Mode(m) {
-		case scenario.NoRepair, scenario.Repair, scenario.Prevention, scenario.NodeReboot:
-		default:
-			return fmt.Errorf("--runs: %q is not one of no-repair, repair, prevention, node-reboot", m)
+		if !slices.Contains(scenario.Modes, scenario.Mode(m)) {
+			return fmt.Errorf("--runs: %q is not one of %v", m, scenario.Modes)
 		}
 	}
 	if !slices.Contains(scenario.NodeKinds, o.Nodes) {

@@ -50,7 +50,7 @@ const (
 )
 
 // Modes in the order the demo runs them.
-var Modes = []Mode{NoRepair, Repair, Prevention}
+var Modes = []Mode{NoRepair, Repair, Prevention, NodeReboot}
 
 // Config of one run. Zero fields take the defaults in brackets.
 type Config struct {
