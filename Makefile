@@ -25,8 +25,6 @@ TEST_FLAGS  ?=
 export CCR_KUBE_BIN_DIR := $(abspath $(KUBE_BIN))
 export CCR_CNI_BIN_DIR  := $(abspath $(CNI_BIN))
 export CCR_NODE_BIN_DIR := $(abspath $(NODE_BIN))
-# The project's image archives the race runs import into real nodes.
-export CCR_IMAGES_DIR := $(abspath $(BIN)/images)
 
 # One version string for every binary, image and manifest (hack/version.sh).
 VERSION     ?= $(shell ./hack/version.sh)
@@ -50,7 +48,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins node-images kubectl cni-bins test test-unit test-privileged test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-unit test-privileged test-integration \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
@@ -132,7 +130,7 @@ test-unit: toolchain
 test-privileged: deps
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
 
-test-integration: deps kube-bins node-bins node-images
+test-integration: deps kube-bins node-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
 	$(MAKE) test-manifests-integration
 
@@ -157,7 +155,7 @@ dashboard: toolchain
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the README's local walkthrough with kubectl
-test-manifests-integration: deps kube-bins helm
+test-manifests-integration: deps kube-bins node-bins helm
 	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
 ## helm: the Helm CLI pinned in tests/suites/manifests/go.mod (tool directive), into bin/helm
@@ -232,13 +230,9 @@ fuzz: toolchain
 cluster: deps kube-bins
 	$(GO) run ./tests/cmd/cluster --nodes $(NODES)
 
-## node-images: the project's images (make images) for this machine's platform only, for real test nodes
-node-images:
-	$(MAKE) images IMAGE_PLATFORMS=linux/$$($(GO) env GOARCH)
-
 ## demo: the race, reproduced and repaired, on an embedded local cluster of real nodes
 ## (DEMO_NODES=simnode: simulated nodes)
-demo: deps kube-bins node-bins node-images
+demo: deps kube-bins node-bins
 	$(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES))
 
 clean: clean-testbin

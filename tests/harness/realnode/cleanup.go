@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -37,7 +35,14 @@ const (
 func SweepStale() {
 	for _, dir := range proc.StaleDirs(filepath.Join(os.TempDir(), DirPrefix+"*")) {
 		killNode(dir, true)
+		removeNetwork(dir)
 		cleanNodeDir(dir)
+	}
+	// Sockets of shims that died with any earlier node (another process's
+	// sweep may have removed that node's directory first).
+	cleanHostSockets()
+	if !otherNodesRunning("") {
+		removeCreatedHostDirs()
 	}
 	for _, h := range cgroupHierarchies() {
 		names, _ := filepath.Glob(filepath.Join(h, DirPrefix+"*"))
@@ -52,9 +57,11 @@ func SweepStale() {
 
 // killNode kills every process in the node's cgroups and every process
 // whose command line names the node's directory other than containerd and
-// kubelet (the shims), or those too when all is set.
+// kubelet (the shims, the mount namespace holder), or those too when all is
+// set, and waits until they are dead.
 func killNode(dir string, all bool) {
 	killCgroup(filepath.Base(dir))
+	var killed []int
 	for _, pid := range pidsMentioning(dir) {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
@@ -62,20 +69,33 @@ func killNode(dir string, all bool) {
 			continue
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+		killed = append(killed, pid)
 	}
-	waitGone(func() []int { return pidsMentioningExcept(dir, all) })
+	waitDead(killed)
 }
 
-func pidsMentioningExcept(dir string, all bool) []int {
-	var out []int
-	for _, pid := range pidsMentioning(dir) {
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
-		if all || (base != "containerd" && base != "kubelet") {
-			out = append(out, pid)
+// waitDead waits (up to 10 s) until every pid has exited: gone or a
+// zombie. A process whose command line reads empty may still hold its
+// files (its memory goes before them), so that is not enough.
+func waitDead(pids []int) {
+	for i := 0; i < 100; i++ {
+		alive := false
+		for _, pid := range pids {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ...: the state follows the last ")".
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+			if len(f) > 0 && f[0] != "Z" && f[0] != "X" {
+				alive = true
+			}
 		}
+		if !alive {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return out
 }
 
 // pidsMentioning lists the processes whose command line contains dir.
@@ -187,7 +207,7 @@ func killCgroup(name string) {
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(100 * time.Millisecond)
+		waitDead(pids)
 	}
 }
 
@@ -293,8 +313,9 @@ func cleanHostPaths(dir string) {
 		}
 	}
 	cleanHostSockets()
-	if !kubeletRunning() {
+	if !otherNodesRunning(dir) {
 		_ = os.RemoveAll(devicePluginsDir)
+		removeCreatedHostDirs()
 	}
 	for _, d := range []string{shimSocketDir, "/run/containerd", containerLogLinks, cniResultsDir, "/var/lib/cni", "/var/lib/kubelet"} {
 		_ = syscall.Rmdir(d) // only when empty
@@ -302,21 +323,41 @@ func cleanHostPaths(dir string) {
 }
 
 // cleanHostSockets removes the shim sockets nobody serves (shims of any
-// node that are gone).
+// node that are gone). A refused socket is tried once more a moment later:
+// a starting shim binds, then listens.
 func cleanHostSockets() {
 	socks, _ := os.ReadDir(shimSocketDir)
+	var refused []string
 	for _, s := range socks {
 		p := filepath.Join(shimSocketDir, s.Name())
-		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
-			c.Close()
-		} else {
+		if !serves(p) {
+			refused = append(refused, p)
+		}
+	}
+	if len(refused) == 0 {
+		return
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, p := range refused {
+		if !serves(p) {
 			_ = os.Remove(p)
 		}
 	}
 }
 
-// kubeletRunning reports whether any kubelet process runs on the machine.
-func kubeletRunning() bool {
+// serves reports whether a process accepts connections on the socket.
+func serves(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// otherNodesRunning reports whether a process of a node other than the one
+// in dir (any node when dir is empty), or any kubelet, runs on the machine.
+func otherNodesRunning(dir string) bool {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -326,24 +367,12 @@ func kubeletRunning() bool {
 		if filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == "kubelet" {
 			return true
 		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if bytes.Contains(b, []byte(filepath.Join(os.TempDir(), DirPrefix))) && (dir == "" || !bytes.Contains(b, []byte(dir))) {
+			return true
+		}
 	}
 	return false
-}
-
-// addLoopbackIP puts ip/32 on lo; false when it was there already.
-func addLoopbackIP(ip netip.Addr) (bool, error) {
-	out, err := exec.Command("ip", "addr", "add", ip.String()+"/32", "dev", "lo").CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "File exists") {
-			return false, nil
-		}
-		return false, fmt.Errorf("node IP %s on lo: %v: %s", ip, err, strings.TrimSpace(string(out)))
-	}
-	return true, nil
-}
-
-func removeLoopbackIP(ip netip.Addr) {
-	_ = exec.Command("ip", "addr", "del", ip.String()+"/32", "dev", "lo").Run()
 }
 
 func tailFile(path string, n int) string {

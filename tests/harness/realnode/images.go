@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -21,22 +22,33 @@ type Image struct {
 
 var images struct {
 	sync.Mutex
-	tool  string
-	pause string
-	built map[string]Image
+	tool     string
+	projTool string
+	pause    string
+	pauseBin string
+	built    map[string]Image
 }
 
 // imageDir is where the archives go (next to the test binaries).
 func imageDir() string { return filepath.Join(testbin.Dir(), "realnode-images") }
 
-// BuildImages builds the pause image (tests/cmd/pause) once per process;
-// Start needs it. StartForTest calls it.
+// BuildImages builds the pause program and image (tests/cmd/pause) once
+// per process; Start needs them. StartForTest calls it.
 func BuildImages(tb testbin.TB) {
 	tb.Helper()
 	img := ProgramImage(tb, "pause")
+	bin := testbin.Package(tb, "pause", "./tests/cmd/pause")
 	images.Lock()
-	images.pause = img.Archive
+	images.pause, images.pauseBin = img.Archive, bin
 	images.Unlock()
+}
+
+// pauseBinary is the pause program, which also holds each node's mount
+// namespace.
+func pauseBinary() string {
+	images.Lock()
+	defer images.Unlock()
+	return images.pauseBin
 }
 
 func pauseArchive() string {
@@ -56,7 +68,7 @@ func ProgramImage(tb testbin.TB, name string) Image {
 		return img
 	}
 	if images.tool == "" {
-		images.tool = buildImageTool(tb)
+		images.tool = buildTool(tb, "testimage")
 	}
 	img := Image{Ref: fmt.Sprintf("%s/%s:v1", ImageRegistry, name), Archive: filepath.Join(imageDir(), name+".oci.tar")}
 	tmp := fmt.Sprintf("%s.%d.tmp", img.Archive, os.Getpid())
@@ -75,22 +87,100 @@ func ProgramImage(tb testbin.TB, name string) Image {
 	return img
 }
 
-// buildImageTool builds tools/cmd/testimage (module tools/).
-func buildImageTool(tb testbin.TB) string {
+// buildTool builds tools/cmd/<name> (module tools/).
+func buildTool(tb testbin.TB, name string) string {
 	tb.Helper()
 	if err := os.MkdirAll(imageDir(), 0o755); err != nil {
 		tb.Fatalf("realnode: %v", err)
 	}
-	out := filepath.Join(imageDir(), "testimage")
+	out := filepath.Join(imageDir(), name)
 	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-o", tmp, "./cmd/testimage")
+	cmd := exec.Command("go", "build", "-o", tmp, "./cmd/"+name)
 	cmd.Dir = filepath.Join(testbin.RepoRoot(), "tools")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("realnode: go build tools/cmd/testimage: %v\n%s", err, b)
+		tb.Fatalf("realnode: go build tools/cmd/%s: %v\n%s", name, err, b)
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		tb.Fatalf("realnode: %v", err)
+	}
+	return out
+}
+
+// ProjectCommands are the commands the project's images hold.
+var ProjectCommands = []string{"repair", "consul-cni-installer", "consul-cni", "consul-cni-check"}
+
+// ProjectImages builds the project's images as `make images` does
+// (tools/cmd/images) for this machine's platform only, from the commands
+// built by testbin, named <registry>/<name>:tag with the manifests'
+// registry, so that manifests that name that tag run them on a real node
+// (imagePullPolicy IfNotPresent or Never). Once per process and tag.
+func ProjectImages(tb testbin.TB, tag string) []Image {
+	tb.Helper()
+	bins := map[string]string{}
+	for _, c := range ProjectCommands {
+		bins[c] = testbin.Project(tb, c)
+	}
+	images.Lock()
+	defer images.Unlock()
+	key := "project:" + tag
+	if img, ok := images.built[key]; ok {
+		return projectImages(filepath.Dir(img.Archive), tag)
+	}
+	if images.projTool == "" {
+		images.projTool = buildTool(tb, "images")
+	}
+	work := filepath.Join(imageDir(), fmt.Sprintf("project-%s.%d", tag, os.Getpid()))
+	platDir := filepath.Join(work, "linux_"+runtime.GOARCH)
+	if err := os.MkdirAll(platDir, 0o755); err != nil {
+		tb.Fatalf("realnode: %v", err)
+	}
+	defer os.RemoveAll(work)
+	for c, b := range bins {
+		if err := os.Symlink(b, filepath.Join(platDir, c)); err != nil {
+			tb.Fatalf("realnode: %v", err)
+		}
+	}
+	// Written aside, then renamed: another test process may read them.
+	b, err := exec.Command(images.projTool, "--bin-dir", work, "--out", filepath.Join(work, "out"), "--version", tag,
+		"--revision", "test", "--created", "1", "--platforms", "linux/"+runtime.GOARCH).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("realnode: project images: %v\n%s", err, b)
+	}
+	out := filepath.Join(imageDir(), "project-"+tag)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		tb.Fatalf("realnode: %v", err)
+	}
+	imgs := projectImages(out, tag)
+	for _, img := range imgs {
+		if err := os.Rename(filepath.Join(work, "out", filepath.Base(img.Archive)), img.Archive); err != nil {
+			tb.Fatalf("realnode: %v", err)
+		}
+	}
+	if images.built == nil {
+		images.built = map[string]Image{}
+	}
+	images.built[key] = imgs[0]
+	return imgs
+}
+
+// ManifestRegistry is where the manifests name the project's images
+// (tools/ociimage.ManifestRegistry).
+const ManifestRegistry = "ghcr.io/consul-cni-repair"
+
+func projectImages(dir, tag string) []Image {
+	var out []Image
+	for _, name := range []string{"consul-cni-installer", "repair", "consul-cni-check"} {
+		out = append(out, Image{Ref: ManifestRegistry + "/" + name + ":" + tag, Archive: filepath.Join(dir, name+".oci.tar")})
+	}
+	return out
+}
+
+// Archives returns the archives of imgs, for Options.Images.
+func Archives(imgs ...Image) []string {
+	var out []string
+	for _, i := range imgs {
+		out = append(out, i.Archive)
 	}
 	return out
 }

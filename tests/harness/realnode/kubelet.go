@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -12,16 +11,21 @@ import (
 	"text/template"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
+
+// KubeletPort is kubelet's API port on the node IP (each node has its own
+// network namespace).
+const KubeletPort = 10250
 
 // kubeletConfig is the KubeletConfiguration of a node. The settings this
 // machine needs: failCgroupV1 false (hybrid cgroup v1), cgroupfs, no swap
 // check, no iptables utility chains (the host's tables are shared), image
 // GC at 100 % (local images are never pulled again), a relaxed evictionHard;
-// its API on the node IP with its own port, no read-only or healthz port.
+// its API on the node IP, no read-only or healthz port.
 var kubeletConfig = template.Must(template.New("kubelet").Parse(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: "{{.IP}}"
@@ -88,13 +92,13 @@ func (n *Node) startKubelet() error {
 		return err
 	}
 	defer f.Close()
-	cmd := exec.Command(filepath.Join(n.paths.bin, "kubelet"), n.kubeletArg...)
+	cmd := n.inNode(filepath.Join(n.paths.bin, "kubelet"), n.kubeletArg...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Dir = n.Dir
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.KubeletStarted = time.Now()
-	p, err := proc.Start(cmd, "")
+	p, err := proc.Start(cmd, n.Netns)
 	if err != nil {
 		return fmt.Errorf("start kubelet: %w", err)
 	}
@@ -103,17 +107,13 @@ func (n *Node) startKubelet() error {
 }
 
 func (n *Node) writeKubeletConfig() error {
-	port, err := testnet.FreePort()
-	if err != nil {
-		return err
-	}
 	// Pods get no name servers: nothing resolves names here.
 	if err := os.WriteFile(n.paths.resolvCfg, nil, 0o644); err != nil {
 		return err
 	}
 	var b bytes.Buffer
 	if err := kubeletConfig.Execute(&b, map[string]any{
-		"IP": n.IP.String(), "Port": port, "CA": n.c.CAFile, "Cgroup": n.cgroupName(),
+		"IP": n.IP.String(), "Port": KubeletPort, "CA": n.c.CAFile, "Cgroup": n.cgroupName(),
 		"Sock": n.paths.containerdSock, "PodLogs": n.paths.podLogs, "VolumePlugins": n.paths.volumePlugins,
 		"ResolvConf": n.paths.resolvCfg, "Taints": n.opts.Taints,
 	}); err != nil {
@@ -124,8 +124,11 @@ func (n *Node) writeKubeletConfig() error {
 	}
 	// Kubelet acts as the admin: the control plane authorizes with RBAC
 	// only (no Node authorizer), so a node identity would need bindings
-	// that test nothing of this project.
-	if err := cluster.WriteKubeconfig(n.paths.kubeconfig, n.c.Config, "admin"); err != nil {
+	// that test nothing of this project. It reaches the apiserver through
+	// the node's forward.
+	cfg := rest.CopyConfig(n.c.Config)
+	cfg.Host = APIServerURL()
+	if err := cluster.WriteKubeconfig(n.paths.kubeconfig, cfg, "admin"); err != nil {
 		return err
 	}
 	n.kubeletArg = []string{

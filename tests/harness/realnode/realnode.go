@@ -20,20 +20,39 @@
 //	pod-logs/                                  kubelet's podLogsDir
 //	kubelet.yaml, kubelet.kubeconfig, *.log    kubelet's configuration, credentials and the logs
 //
-// and the cgroup /<basename of Dir> in every cgroup hierarchy as kubelet's
-// cgroupRoot (kubelet makes kubepods below it; cgroupfs driver, cgroup v1 is
-// accepted with failCgroupV1: false).
+// Kubelet, containerd (and so the shims, runc and the containers) run in a
+// mount namespace of the node's, slave to the host's, held by the pause
+// program: there the node's cni/net.d and cni/bin are bound at
+// HostCNIConfDir and HostCNIBinDir (/etc/cni/net.d, /opt/cni/bin), so a
+// DaemonSet that mounts those hostPaths (the project's installer) works on
+// this node's directories, and every mount the node makes stays in its
+// namespace and ends with it. Missing mount points are created on the host
+// and removed on teardown.
 //
-// Addresses: the node takes a /24 of the test process's address slot
-// (tests/harness/testnet, allocated with simnode.AllocSubnet so simulated
-// and real nodes never share one). Its first address is the node IP
-// (Node.IP): it is added to the host's loopback device, kubelet reports it as
-// the InternalIP and serves its API on it, and the apiserver (which prefers
-// InternalIP, cluster.KubeletAddressTypes) reaches kubelet there, so pods/log,
-// exec and port-forward work. The default conflist (DefaultConfList: ptp and
-// host-local, no masquerade) gives pods the rest of the /24 with the node IP
-// as their gateway, so pods reach the node and the host reaches pods; the
-// slot's unreachable route keeps anything else in the range on the machine.
+// The node also gets the cgroup /<basename of Dir> in every cgroup
+// hierarchy as kubelet's cgroupRoot (kubelet makes kubepods below it;
+// cgroupfs driver, cgroup v1 is accepted with failCgroupV1: false).
+//
+// Network: each node is a network namespace of its own (Node.Netns, named
+// by the address slot of tests/harness/testnet so a killed run's is removed
+// when the slot is reserved again) in which kubelet, containerd, the CNI
+// plugins and hostNetwork pods run. The node takes a /24 of the slot
+// (Node.Subnet, allocated with simnode.AllocSubnet so simulated and real
+// nodes never share one); its first address is the node IP (Node.IP) on the
+// namespace's eth0, a veth whose host end carries a route to the /24. Proxy
+// ARP on both ends stands in for link addresses; the namespace's default
+// route leads to the host, where the slot's unreachable route keeps the test
+// range on the machine. Kubelet reports the node IP as its InternalIP and
+// serves its API there on KubeletPort; the apiserver prefers InternalIP
+// (cluster.KubeletAddressTypes), so pods/log, exec and port-forward work.
+// The default conflist (DefaultConfList: ptp and host-local, no masquerade)
+// gives pods the rest of the /24 with the node IP as their gateway; the
+// host (tests) reaches pods at their addresses. Inside the namespace
+// KubernetesServiceIP:443, the "kubernetes" Service's ClusterIP (named by
+// the apiserver's certificate), is forwarded to the apiserver on the host's
+// loopback: kubelet uses it, and in-cluster clients of pods and hostNetwork
+// pods work unchanged, with no kube-proxy and nothing added to the host's
+// tables.
 //
 // Kubelet authenticates to the apiserver as the cluster's admin, serves its
 // API with a self-signed certificate, accepts the apiserver's client
@@ -42,26 +61,36 @@
 // # Teardown
 //
 // Stop stops kubelet, kills every process in the node's cgroups and every
-// containerd-shim of the node's containerd, stops containerd, unmounts
-// everything below Dir (netns, rootfs, shm, kubelet's bind mount and volume
-// tmpfs), removes the node's cgroups in every hierarchy, the files some parts
-// write to fixed host paths (symlinks in /var/log/containers into Dir,
+// containerd-shim of the node's containerd, stops containerd and the mount
+// namespace (with every mount in it: netns, rootfs, shm, kubelet's bind
+// mount and volume tmpfs), unmounts anything left below Dir, deletes the network namespace (with its veth and route), removes
+// the node's cgroups in every hierarchy, the files some parts write to fixed
+// host paths (symlinks in /var/log/containers into Dir,
 // /var/lib/cni/results entries of the node's netns, dead shim sockets in
 // /run/containerd/s, /var/lib/kubelet/device-plugins when no other kubelet
-// runs), the node IP on lo, the Node object, and Dir. Start first does the same
+// runs), the Node object, and Dir. Start first does the same
 // for every node directory whose owning process is gone (a killed run;
 // tests/harness/proc ownership files), so reruns start clean.
 //
 // # API
 //
-//	n, err := realnode.Start(ctx, c, r, realnode.Options{Images: []string{archive}})
+//	realnode.BuildImages(tb)                                    // the pause program and image (StartForTest does it)
+//	n, err := realnode.Start(ctx, c, r, realnode.Options{CNIBinDir: realnode.CNIPluginDir(tb), Images: archives})
+//	n.WaitReady(ctx)                                            // Ready since kubelet's last start; n.ReadyAfter()
 //	n := realnode.StartForTest(t, c, r, realnode.Options{...}) // Ready on return, stopped by t.Cleanup
 //	img := realnode.ProgramImage(t, "podprog")                   // tests/cmd/podprog as ccr.test/podprog:v1
+//	imgs := realnode.ProjectImages(t, "v0.1.0")                  // the project's images, as the manifests name them
+//	Options{Images: realnode.Archives(imgs...), Taints: ..., Labels: ..., ConfList: ..., NoConfList: true}
+//	n.Name, n.IP, n.Subnet, n.Dir, n.Netns                       // identity, node IP, pods' /24, directory, network namespace
+//	n.ConfDir(), n.CNIBinDir(), n.ConfList(), n.DefaultConfList()
 //	n.WriteConfList(data)        // replace the node's conflist (containerd reads it for the next sandbox)
 //	n.ImportImage(ctx, archive)  // ctr -n k8s.io images import
+//	n.Ctr(ctx, args...)          // any ctr command against the node's containerd (namespace k8s.io)
 //	n.Restart(ctx, hook)         // a reboot: stop kubelet and containerd, lose every sandbox, hook, start both
-//	n.Usage()                    // RSS of kubelet, containerd and the shims
+//	n.Usage()                    // RSS of kubelet, containerd, the shims and the pods
+//	n.KubeletLog(), n.ContainerdLog()
 //	n.Stop()
+//	realnode.SweepStale()        // what killed runs left (Start calls it)
 package realnode
 
 import (
@@ -143,12 +172,19 @@ type Node struct {
 	paths   paths
 	release func()
 
+	// Netns is the path of the node's network namespace, where kubelet,
+	// containerd, the CNI plugins and hostNetwork pods run.
+	Netns string
+
+	netnsName, hostLink string
+	api                 *apiForward
+
 	mu         sync.Mutex
+	mountNS    *proc.Process
 	containerd *proc.Process
 	kubelet    *proc.Process
 	kubeletArg []string
 	stopOnce   sync.Once
-	ipAdded    bool
 }
 
 // Start starts a node against c in the address slot r and returns once
@@ -180,7 +216,10 @@ func Start(ctx context.Context, c *cluster.Cluster, r *testnet.Range, opts Optio
 		return nil, err
 	}
 	n.paths = newPaths(n.Dir, opts.BinDir)
-	if err := n.prepare(); err != nil {
+	if err := n.prepare(r); err != nil {
+		return nil, fmt.Errorf("realnode %s: %w", n.Name, err)
+	}
+	if err := n.startMountNS(); err != nil {
 		return nil, fmt.Errorf("realnode %s: %w", n.Name, err)
 	}
 	if err := n.startRuntime(ctx); err != nil {
@@ -240,9 +279,9 @@ func (o *Options) complete() error {
 // nodeBinaries are what `make node-bins` builds.
 var nodeBinaries = []string{"containerd", "ctr", "containerd-shim-runc-v2", "runc", "kubelet"}
 
-// prepare makes the directories, the node IP, the cgroup root and the CNI
-// set-up.
-func (n *Node) prepare() error {
+// prepare makes the directories, the cgroup root, the network namespace
+// and the CNI set-up.
+func (n *Node) prepare(r *testnet.Range) error {
 	for _, d := range n.paths.dirs() {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -255,11 +294,9 @@ func (n *Node) prepare() error {
 	if err := makeCgroupRoot(n.cgroupName()); err != nil {
 		return err
 	}
-	added, err := addLoopbackIP(n.IP)
-	if err != nil {
+	if err := n.setupNetwork(r); err != nil {
 		return err
 	}
-	n.ipAdded = added
 	plugins := []string{
 		filepath.Join(n.opts.CNIBinDir, "ptp"),
 		filepath.Join(n.opts.CNIBinDir, "host-local"),
@@ -390,13 +427,15 @@ func (n *Node) Stop() {
 			killNode(n.Dir, false)
 		}
 		n.stopContainerd()
+		n.stopMountNS()
+		if n.api != nil {
+			n.api.close()
+		}
 		if n.Dir != "" {
 			// A shim containerd started while it was stopping.
 			killNode(n.Dir, true)
+			removeNetwork(n.Dir)
 			cleanNodeDir(n.Dir)
-		}
-		if n.ipAdded {
-			removeLoopbackIP(n.IP)
 		}
 		if n.c != nil && n.Name != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -61,7 +63,9 @@ func waitRunning(t *testing.T, c *cluster.Cluster, ns, name string) *corev1.Pod 
 
 // A real node joins and becomes Ready; a FROM-scratch pod runs with an
 // address from the node's conflist, answers the host, and its log is read
-// through the apiserver (kubelet reached by its InternalIP). After Stop,
+// through the apiserver (kubelet reached by its InternalIP), kubectl logs
+// and exec work, in-cluster clients authenticate from the pod network and
+// the node's (hostNetwork). After Stop,
 // nothing of the node is left on the machine.
 func TestNodeRunsAPod(t *testing.T) {
 	c := cluster.Shared(t)
@@ -108,9 +112,53 @@ func TestNodeRunsAPod(t *testing.T) {
 		return strings.Contains(string(b), "serve: listening on"), fmt.Errorf("log %q", b)
 	})
 
-	dir, cg := n.Dir, filepath.Base(n.Dir)
+	// kubectl logs and exec, through the apiserver to kubelet at the node IP
+	// and on to containerd's stream server.
+	kubectl := kubectlPath(t)
+	out, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "logs", "web").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "serve: listening on") {
+		t.Errorf("kubectl logs: %v: %s", err, out)
+	}
+	out, err = exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "exec", "web", "--",
+		"/usr/local/bin/podprog", "exit", "--code", "3", "--message", "from exec", "--termination-log", "/dev/null").CombinedOutput()
+	if code := exitCode(err); code != 3 || !strings.Contains(string(out), "from exec") {
+		t.Errorf("kubectl exec: exit %d (%v), output %q; want 3 and the message", code, err, out)
+	}
+
+	// In-cluster clients reach the apiserver from a pod's network and from
+	// the node's (hostNetwork), as the project's installer and controller do.
+	for _, hostNet := range []bool{false, true} {
+		name := fmt.Sprintf("api-hostnet-%v", hostNet)
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{
+				NodeName: n.Name, HostNetwork: hostNet, RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name: "report", Image: img.Ref, ImagePullPolicy: corev1.PullNever,
+					Args: []string{"report", "--out", "/dev/stdout"},
+				}},
+			},
+		}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`"user": "system:serviceaccount:%s:default"`, ns)
+		poll.Eventually(t, 2*time.Minute, name+" authenticated to the apiserver", func() (bool, error) {
+			b, err := c.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return false, err
+			}
+			return strings.Contains(string(b), want), fmt.Errorf("log %q", b)
+		})
+	}
+
+	socks, err := n.ShimSockets(ctx)
+	if err != nil || len(socks) == 0 {
+		t.Fatalf("shim sockets %v: %v", socks, err)
+	}
+	dir, netns := n.Dir, n.Netns
 	n.Stop()
-	assertGone(t, dir, cg, n.IP, ip)
+	assertGone(t, dir, netns, ip, socks)
 }
 
 // dialRead connects to addr and returns the line the peer writes.
@@ -137,10 +185,11 @@ func internalIP(node *corev1.Node) string {
 
 // assertGone checks that nothing of a stopped node is left: no process
 // naming its directory, no mount below it, the directory, its cgroups in
-// every hierarchy, its node IP on lo, the route to its pod, and no netns
-// or container log link of it.
-func assertGone(t *testing.T, dir, cgroup string, nodeIP, podIP netip.Addr) {
+// every hierarchy, its network namespace, the route to its pod, dead shim
+// sockets, and container log links into its directory.
+func assertGone(t *testing.T, dir, netns string, podIP netip.Addr, shimSockets []string) {
 	t.Helper()
+	cgroup := filepath.Base(dir)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -159,20 +208,16 @@ func assertGone(t *testing.T, dir, cgroup string, nodeIP, podIP netip.Addr) {
 	if len(cgs) > 0 {
 		t.Errorf("cgroups left: %v", cgs)
 	}
-	out, _ := exec.Command("ip", "-o", "addr", "show", "dev", "lo").Output()
-	if nodeIP.IsValid() && strings.Contains(string(out), " "+nodeIP.String()+"/") {
-		t.Errorf("node IP %s left on lo", nodeIP)
+	if _, err := os.Stat(netns); err == nil {
+		t.Errorf("network namespace %s left", netns)
 	}
-	out, _ = exec.Command("ip", "route", "show", podIP.String()).Output()
+	out, _ := exec.Command("ip", "route", "show", podIP.String()).Output()
 	if strings.TrimSpace(string(out)) != "" {
 		t.Errorf("route to the pod left: %s", out)
 	}
-	socks, _ := os.ReadDir("/run/containerd/s")
-	for _, s := range socks {
-		if c, err := net.Dial("unix", filepath.Join("/run/containerd/s", s.Name())); err == nil {
-			c.Close()
-		} else {
-			t.Errorf("dead shim socket left: %s (%v)", s.Name(), err)
+	for _, s := range shimSockets {
+		if _, err := os.Stat(s); err == nil {
+			t.Errorf("shim socket left: %s", s)
 		}
 	}
 	links, _ := os.ReadDir("/var/log/containers")
@@ -304,13 +349,15 @@ func TestKilledRun(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var dir, podIP string
+	var dir, netns, podIP, socks string
 	var log strings.Builder
 	s := bufio.NewScanner(out)
 	for s.Scan() {
 		log.WriteString(s.Text() + "\n")
 		if v, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "KILLME "); ok {
-			dir, podIP, _ = strings.Cut(v, " ")
+			if f := strings.Fields(v); len(f) == 4 {
+				dir, netns, podIP, socks = f[0], f[1], f[2], f[3]
+			}
 			break
 		}
 	}
@@ -324,9 +371,7 @@ func TestKilledRun(t *testing.T) {
 	}
 	realnode.SweepStale()
 	ip := netip.MustParseAddr(podIP)
-	// The node IP stays on lo until the address slot is reserved again
-	// (tests/harness/testnet); the rest must be gone now.
-	assertGone(t, dir, filepath.Base(dir), netip.Addr{}, ip)
+	assertGone(t, dir, netns, ip, strings.Split(socks, ","))
 }
 
 // TestHelperKilledNode is TestKilledRun's child: a node with a pod, then
@@ -344,7 +389,11 @@ func TestHelperKilledNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := waitRunning(t, c, ns, "web")
-	fmt.Printf("KILLME %s %s\n", n.Dir, pod.Status.PodIP)
+	socks, err := n.ShimSockets(context.Background())
+	if err != nil || len(socks) == 0 {
+		t.Fatalf("shim sockets %v: %v", socks, err)
+	}
+	fmt.Printf("KILLME %s %s %s %s\n", n.Dir, n.Netns, pod.Status.PodIP, strings.Join(socks, ","))
 	select {}
 }
 
@@ -358,4 +407,70 @@ func pidsNaming(dir string) []string {
 		}
 	}
 	return out
+}
+
+// A pod's traffic to the test's "external" namespace (the ground truth of
+// the race scenarios) leaves through the node's namespace and the host and
+// is answered; the answer comes back the same way.
+func TestPodReachesExternal(t *testing.T) {
+	c := cluster.Shared(t)
+	r := testnet.Reserve(t)
+	ext := r.NewExternal(t)
+	l, err := ext.Listen("tcp", netip.AddrPortFrom(ext.V4, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(conn, "external")
+			conn.Close()
+		}
+	}()
+	img := realnode.ProgramImage(t, "podprog")
+	n := realnode.StartForTest(t, c, r, realnode.Options{Images: []string{img.Archive}})
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	p := servePod(ns, "probe", n.Name, img, "")
+	p.Spec.Containers[0].Args = []string{"probe", "--target", l.Addr().String()}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, c, ns, "probe")
+	poll.Eventually(t, time.Minute, "the pod reaches the external service", func() (bool, error) {
+		b, err := c.Client.CoreV1().Pods(ns).GetLogs("probe", &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		return strings.Contains(string(b), " bypass "), fmt.Errorf("log %q", b)
+	})
+}
+
+// kubectlPath is kubectl of the control plane's binaries (make kube-bins).
+func kubectlPath(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CCR_KUBE_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
+	}
+	p := filepath.Join(dir, "kubectl")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("kubectl not found in %s: build it with `make kubectl`", dir)
+	}
+	return p
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

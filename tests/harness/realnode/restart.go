@@ -21,6 +21,7 @@ func (n *Node) Restart(ctx context.Context, hook func() error) error {
 	n.stopKubelet()
 	killNode(n.Dir, false)
 	n.stopContainerd()
+	n.stopMountNS() // every mount of the node goes with its namespace
 	killNode(n.Dir, true)
 	unmountAll(n.Dir)
 	removeCgroup(n.cgroupName())
@@ -41,6 +42,9 @@ func (n *Node) Restart(ctx context.Context, hook func() error) error {
 		if err := hook(); err != nil {
 			return fmt.Errorf("realnode %s: restart hook: %w", n.Name, err)
 		}
+	}
+	if err := n.startMountNS(); err != nil {
+		return fmt.Errorf("realnode %s: %w", n.Name, err)
 	}
 	if err := n.startRuntime(ctx); err != nil {
 		return fmt.Errorf("realnode %s: %w", n.Name, err)

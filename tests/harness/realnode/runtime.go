@@ -3,6 +3,8 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -142,12 +144,12 @@ func (n *Node) startRuntime(ctx context.Context) error {
 		return err
 	}
 	defer f.Close()
-	cmd := exec.Command(filepath.Join(n.paths.bin, "containerd"), "--config", n.paths.containerdConfig)
+	cmd := n.inNode(filepath.Join(n.paths.bin, "containerd"), "--config", n.paths.containerdConfig)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Dir = n.Dir
 	// The shim is found on PATH.
 	cmd.Env = append(os.Environ(), "PATH="+n.paths.bin+":"+os.Getenv("PATH"))
-	p, err := proc.Start(cmd, "")
+	p, err := proc.Start(cmd, n.Netns)
 	if err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
@@ -203,4 +205,20 @@ func (n *Node) stopContainerd() {
 	if p != nil {
 		p.Stop(10 * time.Second)
 	}
+}
+
+// ShimSockets are the paths of the shim sockets of the node's containers
+// and sandboxes (containerd names them by a hash of its address, the
+// namespace and the id, under /run/containerd/s whatever its state dir).
+func (n *Node) ShimSockets(ctx context.Context) ([]string, error) {
+	out, err := n.Ctr(ctx, "containers", "ls", "-q")
+	if err != nil {
+		return nil, err
+	}
+	var socks []string
+	for _, id := range strings.Fields(out) {
+		sum := sha256.Sum256([]byte(filepath.Join(n.paths.containerdSock, "k8s.io", id)))
+		socks = append(socks, filepath.Join(shimSocketDir, hex.EncodeToString(sum[:])))
+	}
+	return socks, nil
 }

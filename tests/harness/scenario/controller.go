@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,19 +31,14 @@ var controllerManifests = []string{"base/namespace.yaml", "base/controller/rbac.
 // the run's flags: as the manifests' Deployment when the node kind runs it
 // (ControllerPod) and the run does not ask for it outside, else as a
 // process of the test with the admin kubeconfig.
-// Either way it serves its metrics on a free port of 127.0.0.1.
 func (r *runner) startController(ctx context.Context) error {
-	port, err := testnet.FreePort()
-	if err != nil {
-		return err
-	}
-	r.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args := []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--min-pod-age=" + r.cfg.MinPodAge.String()}
+	args := []string{"--min-pod-age=" + r.cfg.MinPodAge.String()}
 	if r.cfg.Mode == SandboxRecreated || r.cfg.Mode == NodeReboot {
 		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
 	}
 	args = append(args, r.cfg.RepairArgs...)
 	exited := func() error { return nil }
+	var err error
 	if r.e.Nodes.ControllerPod() && !r.cfg.ControllerOutside {
 		err = r.controllerDeployment(ctx, args)
 	} else {
@@ -55,7 +51,11 @@ func (r *runner) startController(ctx context.Context) error {
 		if err := exited(); err != nil {
 			return false, err
 		}
-		resp, err := http.Get(r.metrics)
+		url := r.metricsURL(ctx)
+		if url == "" {
+			return false, nil
+		}
+		resp, err := http.Get(url)
 		if err != nil {
 			return false, nil
 		}
@@ -64,10 +64,17 @@ func (r *runner) startController(ctx context.Context) error {
 	})
 }
 
-// controllerProcess runs the controller as a process; the returned
-// function reports its exit.
+// controllerProcess runs the controller as a process, its metrics on a
+// free port of 127.0.0.1; the returned function reports its exit.
 func (r *runner) controllerProcess(args []string) (func() error, error) {
-	args = append([]string{"--kubeconfig=" + r.e.Cluster.Kubeconfig, "--leader-elect=false", "--health-probe-bind-address=0"}, args...)
+	port, err := testnet.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	r.metricsURL = func(context.Context) string { return url }
+	args = append([]string{"--kubeconfig=" + r.e.Cluster.Kubeconfig, "--leader-elect=false", "--health-probe-bind-address=0",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port)}, args...)
 	logFile := filepath.Join(r.dir, "repair.log")
 	f, err := os.Create(logFile)
 	if err != nil {
@@ -100,18 +107,15 @@ func (r *runner) controllerProcess(args []string) (func() error, error) {
 }
 
 // controllerDeployment applies the controller's manifests with its
-// Deployment pinned to the run's node, one replica, the run's flags in
-// place of the manifest's, and what the node kind changes (Controller).
+// Deployment pinned to the run's node, one replica and the run's flags
+// added, and what the node kind changes (Controller). Its metrics are read
+// at its pod's address on the port of the manifest's
+// --metrics-bind-address.
 func (r *runner) controllerDeployment(ctx context.Context, args []string) error {
 	objs, err := readManifests(r.e.Manifests, controllerManifests...)
 	if err != nil {
 		return err
 	}
-	health, err := testnet.FreePort()
-	if err != nil {
-		return err
-	}
-	args = append(args, fmt.Sprintf("--health-probe-bind-address=:%d", health))
 	for _, o := range objs {
 		d, ok := o.(*appsv1.Deployment)
 		if !ok {
@@ -123,26 +127,36 @@ func (r *runner) controllerDeployment(ctx context.Context, args []string) error 
 			spec.NodeSelector = map[string]string{}
 		}
 		spec.NodeSelector[nodeLabel] = r.id
-		for i := range spec.Containers {
-			c := &spec.Containers[i]
-			c.Args = withFlags(c.Args, args)
-			for j := range c.Ports {
-				switch c.Ports[j].Name {
-				case "health":
-					c.Ports[j].ContainerPort = int32(health)
-				case "metrics":
-					c.Ports[j].ContainerPort = int32(portOf(r.metrics))
-				}
-			}
+		c := &spec.Containers[0]
+		c.Args = withFlags(c.Args, args)
+		port := flagValue(c.Args, "--metrics-bind-address")
+		if i := strings.LastIndexByte(port, ':'); i >= 0 {
+			port = port[i+1:]
+		}
+		if port == "" || port == "0" {
+			return fmt.Errorf("%s: the controller serves no metrics (--metrics-bind-address %q)", "base/controller/deployment.yaml", port)
 		}
 		if err := r.e.Nodes.Controller(r.node, spec); err != nil {
 			return err
 		}
+		sel := metav1.FormatLabelSelector(d.Spec.Selector)
+		r.metricsURL = func(ctx context.Context) string {
+			l, err := r.cs.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel, FieldSelector: "spec.nodeName=" + r.node.Name()})
+			if err != nil {
+				return ""
+			}
+			for _, p := range l.Items {
+				if p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+					return "http://" + net.JoinHostPort(p.Status.PodIP, port) + "/metrics"
+				}
+			}
+			return ""
+		}
 		r.onCleanup(func() {
-			r.logf("repair controller log:%s", r.containerLogs(d.Namespace, "repair", 40))
+			r.logf("repair controller log:%s", r.containerLogs(d.Namespace, c.Name, 40))
 			r.deleteWorkload(d.Namespace, d.Name, false)
 		})
-		r.logf("repair controller Deployment %s/%s: %s", d.Namespace, d.Name, strings.Join(spec.Containers[0].Args, " "))
+		r.logf("repair controller Deployment %s/%s: %s", d.Namespace, d.Name, strings.Join(c.Args, " "))
 	}
 	return apply(ctx, r.cs, objs)
 }
@@ -164,11 +178,14 @@ func withFlags(args, extra []string) []string {
 	return append(out, extra...)
 }
 
-func portOf(url string) int {
-	var p int
-	i := strings.LastIndexByte(url, ':')
-	fmt.Sscanf(url[i+1:], "%d", &p)
-	return p
+// flagValue is the value of --flag=value in args (empty when absent).
+func flagValue(args []string, flag string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // deleteWorkload deletes the run's DaemonSet (daemonSet) or Deployment

@@ -219,11 +219,13 @@ type runner struct {
 	cs    kubernetes.Interface
 	start time.Time
 
-	ns                  string
-	node                Node
-	dir                 string
-	controller          *proc.Process
-	metrics             string
+	ns         string
+	node       Node
+	dir        string
+	controller *proc.Process
+	// metricsURL is where the controller serves its metrics now
+	// (empty when unknown).
+	metricsURL          func(context.Context) string
 	ds                  bool
 	dsNamespace, dsName string
 	cniAt               time.Time
@@ -783,11 +785,15 @@ func (r *runner) actionsFor(reason string) int {
 // metricSum adds up the controller's samples of metric whose line holds
 // every one of match (0 when it cannot be read).
 func (r *runner) metricSum(metric string, match ...string) float64 {
-	if r.metrics == "" {
+	if r.metricsURL == nil {
+		return 0
+	}
+	url := r.metricsURL(context.Background())
+	if url == "" {
 		return 0
 	}
 	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(r.metrics)
+	resp, err := c.Get(url)
 	if err != nil {
 		return 0
 	}

@@ -193,9 +193,16 @@ func nodeClean(ctx context.Context, cs kubernetes.Interface, name string) error 
 	return nil
 }
 
+// cniNode is a node's name and CNI directories (simulated or real).
+type cniNode interface {
+	Name() string
+	ConfDir() string
+	BinDir() string
+}
+
 // assertNothingOfOurs: no file of the installer's on the node, no entry in
 // its conflist.
-func assertNothingOfOurs(t *testing.T, n *simnode.Node) {
+func assertNothingOfOurs(t *testing.T, n cniNode) {
 	t.Helper()
 	for _, f := range []string{filepath.Join(n.ConfDir(), cniconf.KubeconfigFileName), filepath.Join(n.ConfDir(), cniconf.TokenFileName),
 		filepath.Join(n.ConfDir(), cniconf.OwnerFileName),

@@ -1,0 +1,121 @@
+package realnode
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
+)
+
+// HostCNIConfDir and HostCNIBinDir are the paths the manifests' installer
+// mounts (hostPath); inside a node they are the node's own CNI directories.
+const (
+	HostCNIConfDir = "/etc/cni/net.d"
+	HostCNIBinDir  = "/opt/cni/bin"
+)
+
+// createdMarker is the file a node leaves in a mount point it created on
+// the host (listing the directories it created, deepest first); the last
+// node to go removes them.
+const createdMarker = ".ccr-realnode-created"
+
+// startMountNS starts the holder of the node's mount namespace (the pause
+// program under unshare, mounts slave to the host's: the host's mounts are
+// seen, the node's stay inside and end with it) and binds the node's CNI
+// directories at HostCNIConfDir and HostCNIBinDir there.
+func (n *Node) startMountNS() error {
+	for _, d := range []string{HostCNIConfDir, HostCNIBinDir} {
+		if err := n.makeHostDir(d); err != nil {
+			return err
+		}
+	}
+	// The node's directory is an argument so that a sweep finds the holder.
+	cmd := exec.Command("unshare", "--mount", "--propagation", "slave", pauseBinary(), n.Dir)
+	p, err := proc.Start(cmd, "")
+	if err != nil {
+		return fmt.Errorf("mount namespace: %w", err)
+	}
+	n.mu.Lock()
+	n.mountNS = p
+	n.mu.Unlock()
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	ns := fmt.Sprintf("/proc/%d/ns/mnt", p.Cmd.Process.Pid)
+	for i := 0; ; i++ {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Cmd.Process.Pid))
+		if mnt, _ := os.Readlink(ns); mnt != "" && mnt != self && filepath.Base(exe) == filepath.Base(pauseBinary()) {
+			break
+		}
+		if i == 200 {
+			return fmt.Errorf("mount namespace holder did not start (exe %q)", exe)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	for src, dst := range map[string]string{n.paths.cniConf: HostCNIConfDir, n.paths.cniBin: HostCNIBinDir} {
+		if out, err := exec.Command("nsenter", "--mount="+ns, "--", "mount", "--bind", src, dst).CombinedOutput(); err != nil {
+			return fmt.Errorf("bind %s at %s in the node: %v: %s", src, dst, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// inNode is a command that runs bin in the node's mount namespace (nsenter
+// execs it: the process is bin's).
+func (n *Node) inNode(bin string, args ...string) *exec.Cmd {
+	n.mu.Lock()
+	pid := n.mountNS.Cmd.Process.Pid
+	n.mu.Unlock()
+	a := append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", pid), "--", bin}, args...)
+	return exec.Command("nsenter", a...)
+}
+
+func (n *Node) stopMountNS() {
+	n.mu.Lock()
+	p := n.mountNS
+	n.mountNS = nil
+	n.mu.Unlock()
+	if p != nil {
+		p.Stop(5 * time.Second)
+	}
+}
+
+// makeHostDir creates a missing mount point and marks it as created.
+func (n *Node) makeHostDir(d string) error {
+	if _, err := os.Stat(d); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	var created []string
+	for p := d; ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		created = append(created, p)
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(d, createdMarker), []byte(strings.Join(created, "\n")+"\n"), 0o644)
+}
+
+// removeCreatedHostDirs removes the mount points nodes created, when no
+// node runs any more (removing a directory that is a mount point in a live
+// node's namespace would take the node's bind mount away).
+func removeCreatedHostDirs() {
+	for _, d := range []string{HostCNIConfDir, HostCNIBinDir} {
+		b, err := os.ReadFile(filepath.Join(d, createdMarker))
+		if err != nil {
+			continue
+		}
+		_ = os.Remove(filepath.Join(d, createdMarker))
+		for _, c := range strings.Fields(string(b)) {
+			_ = os.Remove(c) // only when empty
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package realnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
+)
+
+// KubernetesServiceIP is the ClusterIP of the "kubernetes" Service (the
+// first address of cluster.ServiceCIDR, which the apiserver's certificate
+// names): inside every node's network namespace it is an address on lo where
+// the apiserver is forwarded, port 443, so in-cluster clients of pods and of
+// hostNetwork pods work unchanged.
+var KubernetesServiceIP = netip.MustParsePrefix(cluster.ServiceCIDR).Masked().Addr().Next()
+
+// netnsFile in the node's directory names its network namespace, for the
+// sweep of a killed run.
+const netnsFile = "netns"
+
+// setupNetwork makes the node's network namespace: a veth pair to the
+// host, the node IP on its end, a default route to the host, proxy ARP on
+// both ends (no link addresses needed), the subnet routed from the host, and
+// the apiserver forwarded at KubernetesServiceIP:443.
+func (n *Node) setupNetwork(r *testnet.Range) error {
+	n.netnsName = r.NetnsName("node")
+	n.Netns = filepath.Join("/run/netns", n.netnsName)
+	if err := os.WriteFile(filepath.Join(n.Dir, netnsFile), []byte(n.netnsName), 0o644); err != nil {
+		return err
+	}
+	if err := ipCmd("netns", "add", n.netnsName); err != nil {
+		return err
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	n.hostLink = "ccrn" + hex.EncodeToString(b) // 12 characters, under IFNAMSIZ
+	ns := n.netnsName
+	steps := [][]string{
+		{"link", "add", n.hostLink, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"link", "set", n.hostLink, "up"},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+		{"-n", ns, "addr", "add", n.IP.String() + "/32", "dev", "eth0"},
+		{"-n", ns, "addr", "add", KubernetesServiceIP.String() + "/32", "dev", "lo"},
+		{"-n", ns, "route", "add", "default", "dev", "eth0"},
+		{"route", "replace", n.Subnet.String(), "dev", n.hostLink},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.hostLink+"/proxy_arp", []byte("1"), 0o644); err != nil {
+		return err
+	}
+	for _, kv := range []string{"net/ipv4/conf/eth0/proxy_arp", "net/ipv4/ip_forward"} {
+		if err := testnet.DoIn(n.Netns, func() error { return os.WriteFile("/proc/sys/"+kv, []byte("1"), 0o644) }); err != nil {
+			return fmt.Errorf("%s in %s: %w", kv, ns, err)
+		}
+	}
+	api, err := startAPIForward(n.Netns, n.c.Server)
+	if err != nil {
+		return err
+	}
+	n.api = api
+	return nil
+}
+
+// removeNetwork deletes the node's namespace (its veth pair and routes go
+// with it).
+func removeNetwork(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, netnsFile))
+	if err == nil && len(b) > 0 {
+		_ = ipCmd("netns", "del", strings.TrimSpace(string(b)))
+	}
+}
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// apiForward accepts connections at KubernetesServiceIP:443 in a node's
+// namespace and relays them to the apiserver on the host's loopback.
+type apiForward struct {
+	l      net.Listener
+	target string
+	wg     sync.WaitGroup
+}
+
+func startAPIForward(netnsPath, server string) (*apiForward, error) {
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("apiserver URL %q: %v", server, err)
+	}
+	f := &apiForward{target: u.Host}
+	err = testnet.DoIn(netnsPath, func() (err error) {
+		f.l, err = net.Listen("tcp", netip.AddrPortFrom(KubernetesServiceIP, 443).String())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apiserver forward in %s: %w", netnsPath, err)
+	}
+	f.wg.Add(1)
+	go f.serve()
+	return f, nil
+}
+
+func (f *apiForward) serve() {
+	defer f.wg.Done()
+	for {
+		c, err := f.l.Accept()
+		if err != nil {
+			return
+		}
+		go relay(c, f.target)
+	}
+}
+
+// relay copies between c and a new connection to target (dialled in the
+// host's namespace: this goroutine's thread never entered another).
+func relay(c net.Conn, target string) {
+	defer c.Close()
+	var d net.Dialer
+	up, err := d.DialContext(context.Background(), "tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+func (f *apiForward) close() {
+	f.l.Close()
+	f.wg.Wait()
+}
+
+// APIServerURL is the apiserver as seen from inside the node (kubelet's
+// kubeconfig, in-cluster clients).
+func APIServerURL() string {
+	return "https://" + netip.AddrPortFrom(KubernetesServiceIP, 443).String()
+}
