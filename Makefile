@@ -252,9 +252,10 @@ fuzz: toolchain
 cluster: deps kube-bins
 	$(GO) run ./tests/cmd/cluster --nodes $(NODES)
 
-## demo: the race, reproduced and repaired, on an embedded local cluster
-demo: deps kube-bins
-	$(GO) run ./tests/cmd/demo
+## demo: the race, reproduced and repaired, on an embedded local cluster of real nodes
+## (DEMO_NODES=simnode: simulated nodes)
+demo: deps kube-bins node-bins
+	$(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES))
 
 clean: clean-testbin
 	rm -rf $(BIN) $(DIST) $(CACHE)/testbin

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +34,7 @@ type options struct {
 	Observe   time.Duration
 	MinPodAge time.Duration
 	Log       string
+	Nodes     string
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
@@ -42,10 +44,15 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	}
 	fs.IntVar(&o.Pods, "pods", 10, "injected pods in each run's Deployment")
 	fs.StringVar(&o.Report, "report", report, "JSON report path (default $DEMO_REPORT, else demo-report.json)")
-	fs.StringSliceVar(&o.Modes, "runs", []string{string(scenario.NoRepair), string(scenario.Repair), string(scenario.Prevention)}, "runs to do, in order")
+	var runs []string
+	for _, m := range scenario.Modes {
+		runs = append(runs, string(m))
+	}
+	fs.StringSliceVar(&o.Modes, "runs", runs, "runs to do, in order")
 	fs.DurationVar(&o.CNIDelay, "cni-delay", 5*time.Second, "how long the pods run before consul-cni is chained on their node")
 	fs.DurationVar(&o.Observe, "observe", 20*time.Second, "shortest observation after consul-cni is chained")
 	fs.DurationVar(&o.MinPodAge, "min-pod-age", 10*time.Second, "the repair controller's --min-pod-age")
+	fs.StringVar(&o.Nodes, "nodes", scenario.NodesFromEnv(), "kind of node the runs use: "+strings.Join(scenario.NodeKinds, " or ")+" (default $"+scenario.NodesEnv+", else "+scenario.DefaultNodes+")")
 	fs.StringVar(&o.Log, "log", filepath.Join(os.TempDir(), "consul-cni-repair-demo.log"), "detailed log (nodes, controller, plugin)")
 }
 
@@ -54,11 +61,12 @@ func (o *options) Validate() error {
 		return fmt.Errorf("--pods: %d is not between 1 and 100", o.Pods)
 	}
 	for _, m := range o.Modes {
-		switch scenario.Mode(m) {
-		case scenario.NoRepair, scenario.Repair, scenario.Prevention:
-		default:
-			return fmt.Errorf("--runs: %q is not one of no-repair, repair, prevention", m)
+		if !slices.Contains(scenario.Modes, scenario.Mode(m)) {
+			return fmt.Errorf("--runs: %q is not one of %v", m, scenario.Modes)
 		}
+	}
+	if !slices.Contains(scenario.NodeKinds, o.Nodes) {
+		return fmt.Errorf("--nodes: %q is not one of %s", o.Nodes, strings.Join(scenario.NodeKinds, ", "))
 	}
 	if o.Report == "" {
 		return errors.New("--report: empty path")
@@ -73,6 +81,7 @@ func (o *options) Validate() error {
 type Report struct {
 	Pods       int                `json:"pods"`
 	Kubernetes string             `json:"kubernetes"`
+	Nodes      string             `json:"nodes"`
 	Scenarios  []*scenario.Result `json:"scenarios"`
 	Skipped    map[string]string  `json:"skipped,omitempty"`
 }
@@ -112,10 +121,13 @@ func run(o *options) error {
 			return err
 		}
 		env.Cleanup(c.Stop)
-		step("building consul-cni, the installer, the repair controller and the programs the simulated nodes run")
+		step("building consul-cni, the installer, the repair controller and what the " + o.Nodes + " nodes run")
 		e := scenario.NewEnv(env, c)
 		e.Logf = logf
-		rep := &Report{Pods: o.Pods, Kubernetes: simnode.Version, Skipped: map[string]string{}}
+		if err := e.UseNodes(env, o.Nodes); err != nil {
+			return err
+		}
+		rep := &Report{Pods: o.Pods, Kubernetes: simnode.Version, Nodes: o.Nodes, Skipped: map[string]string{}}
 		for _, m := range o.Modes {
 			mode := scenario.Mode(m)
 			if err := e.Supports(mode); err != nil {
@@ -125,10 +137,17 @@ func run(o *options) error {
 			}
 			step(describe(mode, o))
 			live := newLine(os.Stdout)
-			res, err := scenario.Run(ctx, e, scenario.Config{
+			cfg := scenario.Config{
 				Mode: mode, Pods: o.Pods, CNIDelay: o.CNIDelay, Observe: o.Observe, MinPodAge: o.MinPodAge,
 				Progress: func(p scenario.Progress) { live.show(progressLine(p)) },
-			})
+				// The prevention run's pods also carry the init-container
+				// check; a reboot's outcome is clear within 90 s.
+				CheckInit: mode == scenario.Prevention,
+			}
+			if mode == scenario.NodeReboot {
+				cfg.Timeout = 90 * time.Second
+			}
+			res, err := scenario.Run(ctx, e, cfg)
 			live.done()
 			if err != nil {
 				return fmt.Errorf("%s run: %w (see %s)", m, err, o.Log)
@@ -159,7 +178,9 @@ func describe(m scenario.Mode, o *options) string {
 	case scenario.Repair:
 		return fmt.Sprintf("run repair: the same race, with the repair controller running (--min-pod-age=%s): it evicts the pods that bypassed once the node's CNI is ready", o.MinPodAge)
 	case scenario.Prevention:
-		return "run prevention: the node joins with the startup taint consul.hashicorp.com/cni-not-ready; pods wait until the installer has chained consul-cni and the controller lifts the taint"
+		return "run prevention: the node joins with the startup taint consul.hashicorp.com/cni-not-ready; pods (with the init-container check consul-cni-check) wait until the installer has chained consul-cni and the controller lifts the taint"
+	case scenario.NodeReboot:
+		return "run node-reboot: meshed pods; kubelet and the runtime restart with every sandbox lost, the conflist rewritten without consul-cni while the node is down; does any pod end outside the mesh, and does the controller find it?"
 	}
 	return string(m)
 }
@@ -186,6 +207,12 @@ func summary(r *scenario.Result) string {
 		t = fmt.Sprintf("all meshed %.1fs after the CNI was chained", *r.SecondsToAllMeshed)
 	}
 	s := fmt.Sprintf("%s: %d of %d pods ever bypassed, %d bypassing at the end, %s, %d actions", r.Name, r.EverBypassed, r.Pods, r.BypassingAtEnd, t, r.Actions)
+	if r.Name == string(scenario.NodeReboot) {
+		s += fmt.Sprintf(" (%d repairs with reason sandbox_recreated)", r.RecreatedActions)
+		if c := r.Controller; c != nil {
+			s += fmt.Sprintf("; the controller judges %d pods outside the mesh, its circuit breaker is open on %d nodes", c.BrokenPods, c.BreakerOpenNodes)
+		}
+	}
 	if r.Control != nil {
 		s += fmt.Sprintf(" (control pod created after the plugin: %d meshed / %d bypass connections)", r.Control.Meshed, r.Control.Bypass)
 	}
@@ -193,14 +220,18 @@ func summary(r *scenario.Result) string {
 }
 
 func printTable(w io.Writer, rep *Report) {
-	head := []string{"scenario", "pods", "ever bypassed", "bypassing at end", "s until all meshed", "actions"}
+	head := []string{"scenario", "node", "pods", "ever bypassed", "bypassing at end", "s until all meshed", "actions"}
 	rows := [][]string{head}
 	for _, r := range rep.Scenarios {
 		t := "never"
 		if r.SecondsToAllMeshed != nil {
 			t = fmt.Sprintf("%.1f", *r.SecondsToAllMeshed)
 		}
-		rows = append(rows, []string{r.Name, fmt.Sprint(r.Pods), fmt.Sprint(r.EverBypassed), fmt.Sprint(r.BypassingAtEnd), t, fmt.Sprint(r.Actions)})
+		node := "?"
+		if r.Node != nil {
+			node = r.Node.Kubelet + " " + r.Node.Runtime
+		}
+		rows = append(rows, []string{r.Name, node, fmt.Sprint(r.Pods), fmt.Sprint(r.EverBypassed), fmt.Sprint(r.BypassingAtEnd), t, fmt.Sprint(r.Actions)})
 	}
 	width := make([]int, len(head))
 	for _, row := range rows {

@@ -59,8 +59,10 @@ type Env struct {
 	Bins    Binaries
 	// Manifests is the repository's manifests/ directory.
 	Manifests string
-	// Logf receives progress and the simulated nodes' logs. Default: none.
+	// Logf receives progress and the nodes' logs. Default: none.
 	Logf func(format string, args ...any)
+	// Nodes starts the runs' nodes. Default: simulated nodes (SimNodes).
+	Nodes Nodes
 
 	ext *externalService
 }
@@ -76,6 +78,7 @@ func NewEnv(tb TB, c *cluster.Cluster) *Env {
 	ext := r.NewExternal(tb)
 	e := &Env{Cluster: c, Range: r, External: ext, Service: netip.AddrPortFrom(ext.V4, ExternalPort),
 		Manifests: filepath.Join(testbin.RepoRoot(), "manifests"), Logf: func(string, ...any) {}}
+	e.Nodes = &SimNodes{e: e}
 	l, err := ext.Listen("tcp", e.Service.String())
 	if err != nil {
 		tb.Fatalf("external service: %v", err)
@@ -98,6 +101,42 @@ func NewEnv(tb TB, c *cluster.Cluster) *Env {
 	return e
 }
 
+// NodesEnv chooses the kind of node the runs use when the caller does not:
+// "real" or "simnode" (DefaultNodes when unset).
+const NodesEnv = "CCR_NODES"
+
+// DefaultNodes is the kind of node the runs use by default.
+const DefaultNodes = "real"
+
+// NodeKinds are the kinds UseNodes knows.
+var NodeKinds = []string{"real", "simnode"}
+
+// NodesFromEnv is $CCR_NODES, else DefaultNodes.
+func NodesFromEnv() string {
+	if k := os.Getenv(NodesEnv); k != "" {
+		return k
+	}
+	return DefaultNodes
+}
+
+// UseNodes makes the runs use nodes of kind, building what they need.
+func (e *Env) UseNodes(tb TB, kind string) error {
+	tb.Helper()
+	switch kind {
+	case "simnode":
+		e.Nodes = &SimNodes{e: e}
+		return nil
+	case "real":
+		rn, err := NewRealNodes(tb, e)
+		if err != nil {
+			return err
+		}
+		e.Nodes = rn
+		return nil
+	}
+	return fmt.Errorf("node kind %q: not one of %s", kind, strings.Join(NodeKinds, ", "))
+}
+
 func has(cmd string) bool {
 	_, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd))
 	return err == nil
@@ -109,7 +148,7 @@ func (e *Env) Supports(m Mode) error {
 	switch m {
 	case NoRepair:
 		return nil
-	case Repair, Prevention, SandboxRecreated:
+	case Repair, Prevention, SandboxRecreated, NodeReboot:
 		var missing []string
 		if e.Bins.Repair == "" {
 			missing = append(missing, "cmd/repair")

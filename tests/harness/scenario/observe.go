@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 )
 
 // Words the prober prints (tests/cmd/podprog).
@@ -45,7 +43,7 @@ type podTrack struct {
 
 // tracker reads the probers' output on a node incrementally.
 type tracker struct {
-	root    string
+	logs    func() ([]LogFile, error)
 	ns      string
 	pods    map[types.UID]*podTrack
 	offsets map[string]int64
@@ -53,8 +51,8 @@ type tracker struct {
 	control *podTrack // ControlPod, kept apart
 }
 
-func newTracker(root, ns string) *tracker {
-	return &tracker{root: root, ns: ns, pods: map[types.UID]*podTrack{}, offsets: map[string]int64{}, partial: map[string]string{}}
+func newTracker(logs func() ([]LogFile, error), ns string) *tracker {
+	return &tracker{logs: logs, ns: ns, pods: map[types.UID]*podTrack{}, offsets: map[string]int64{}, partial: map[string]string{}}
 }
 
 func (t *tracker) pod(uid types.UID, name string) *podTrack {
@@ -68,7 +66,7 @@ func (t *tracker) pod(uid types.UID, name string) *podTrack {
 
 // readLogs consumes the new lines of every prober log of the namespace.
 func (t *tracker) readLogs() {
-	files, err := simnode.LogFiles(t.root)
+	files, err := t.logs()
 	if err != nil {
 		return
 	}
@@ -106,7 +104,7 @@ func (t *tracker) readLogs() {
 }
 
 func (t *tracker) line(p *podTrack, l string) {
-	sc := bufio.NewScanner(strings.NewReader(l))
+	sc := bufio.NewScanner(strings.NewReader(criLine(l)))
 	sc.Split(bufio.ScanWords)
 	var words []string
 	for sc.Scan() && len(words) < 2 {

@@ -6,7 +6,7 @@ import (
 )
 
 func TestTrackerLines(t *testing.T) {
-	tr := newTracker("", "ns")
+	tr := newTracker(nil, "ns")
 	p := tr.pod("u1", "web-1")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) string { return t0.Add(time.Duration(s) * time.Second).Format(time.RFC3339Nano) }
@@ -46,5 +46,22 @@ func TestAllMeshed(t *testing.T) {
 	b.LastAt = now.Add(-time.Minute)
 	if ok, _ := r.allMeshed([]*podTrack{a, b}); ok {
 		t.Fatal("a pod with a stale result counted as meshed")
+	}
+}
+
+// A kubelet writes container output in the CRI logging format; the prober's
+// words come after its prefix.
+func TestTrackerCRILines(t *testing.T) {
+	tr := newTracker(nil, "ns")
+	p := tr.pod("u1", "web-1")
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339Nano)
+	tr.line(p, "2026-01-01T00:00:00.5Z stdout F "+at+" bypass from 198.18.0.2:1234")
+	tr.line(p, "2026-01-01T00:00:01.5Z stdout F "+at+" meshed via 198.18.0.2:1235")
+	tr.line(p, "not-a-time stdout F "+at+" meshed via x")
+	if p.Bypass != 1 || p.Meshed != 1 || p.Errors != 0 {
+		t.Fatalf("counts bypass %d meshed %d errors %d, want 1 1 0", p.Bypass, p.Meshed, p.Errors)
+	}
+	if got := criLine("plain line"); got != "plain line" {
+		t.Fatalf("criLine changed a plain line: %q", got)
 	}
 }

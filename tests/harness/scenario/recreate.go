@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 )
 
 // runRecreated is the sandbox-recreated run. consul-cni is chained before
@@ -26,30 +24,7 @@ import (
 // is ready again, the controller replaces the pod (sandbox_recreated) and
 // the replacement is meshed.
 func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
-	r.setPhase("chaining consul-cni on the node")
-	if err := r.applyCNIManifests(ctx, true); err != nil {
-		return nil, err
-	}
-	if err := r.waitChained(ctx); err != nil {
-		return nil, err
-	}
-	r.setPhase(fmt.Sprintf("deploying %d injected pods", r.cfg.Pods))
-	if err := r.deploy(ctx); err != nil {
-		return nil, err
-	}
-	if err := r.waitRunning(ctx); err != nil {
-		return nil, err
-	}
-	r.setPhase("waiting for every pod to be meshed")
-	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
-		ok, _ := r.allMeshed(r.tick(ctx))
-		return ok, nil
-	}); err != nil {
-		return nil, fmt.Errorf("the pods were not all meshed with consul-cni chained: %w", err)
-	}
-	// Sandboxes made now are later than the first ones' cni-applied-at by
-	// more than the slack.
-	if err := r.wait(ctx, r.cfg.SandboxSlack+2*time.Second); err != nil {
+	if err := r.meshedBeforeTrouble(ctx); err != nil {
 		return nil, err
 	}
 	victim, err := r.loseOneSandbox(ctx)
@@ -87,7 +62,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
 	victim := live[0]
 	r.setPhase("the installer is gone and consul-cni out of the chain")
-	r.deleteDaemonSet(r.dsNamespace, r.dsName)
+	r.deleteWorkload(r.dsNamespace, r.dsName, true)
 	if err := r.unchain(); err != nil {
 		return "", err
 	}
@@ -101,7 +76,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	}
 	r.logf("chain now: %s", r.chainString())
 	r.setPhase("pod " + victim.Name + " loses its sandbox")
-	if err := r.node.RecreateSandbox(victim.UID); err != nil {
+	if err := r.node.RecreateSandbox(ctx, victim.UID); err != nil {
 		return "", err
 	}
 	if err := poll.Until(ctx, r.cfg.Timeout, waitInterval, func() (bool, error) {
@@ -117,7 +92,7 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 // unchain removes consul-cni from the node's primary conflist, as a primary
 // CNI rewriting its own configuration at start-up does.
 func (r *runner) unchain() error {
-	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
+	file := r.node.PrimaryConflist()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -136,8 +111,5 @@ func (r *runner) unchain() error {
 	}
 	conf["plugins"] = kept
 	out, _ := json.MarshalIndent(conf, "", "  ")
-	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(file+".tmp", file)
+	return writeFileAtomic(file, out)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -27,11 +25,11 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // Mode is one of the three runs.
@@ -45,10 +43,14 @@ const (
 	// is out of the chain (a node reboot), bypasses with its status still
 	// complete, and is replaced (not part of the demo).
 	SandboxRecreated Mode = "sandbox-recreated"
+	// NodeReboot: meshed pods; the node reboots with every sandbox lost
+	// and its conflist rewritten without consul-cni while it is down
+	// (reboot.go).
+	NodeReboot Mode = "node-reboot"
 )
 
 // Modes in the order the demo runs them.
-var Modes = []Mode{NoRepair, Repair, Prevention}
+var Modes = []Mode{NoRepair, Repair, Prevention, NodeReboot}
 
 // Config of one run. Zero fields take the defaults in brackets.
 type Config struct {
@@ -76,8 +78,17 @@ type Config struct {
 	MinPodAge  time.Duration
 	RepairArgs []string
 	// SandboxSlack is the controller's --sandbox-slack in the
-	// sandbox-recreated run [5s].
+	// sandbox-recreated and node-reboot runs [5s].
 	SandboxSlack time.Duration
+	// ControllerOutside runs the controller as a process of the test on
+	// every kind of node (on real nodes it runs as the manifests'
+	// Deployment on the run's node otherwise), so that it keeps running
+	// through a node reboot.
+	ControllerOutside bool
+	// CheckInit gives the injected pods the init-container check
+	// consul-cni-check of docs/examples/init-check as their first init
+	// container.
+	CheckInit bool
 	// TaintByPolicy (prevention): the node registers with no taint; the
 	// MutatingAdmissionPolicy of manifests/components/node-startup-taint,
 	// installed for the run, adds the startup taint when it is created.
@@ -160,12 +171,17 @@ type Result struct {
 	Control *PodResult `json:"control,omitempty"`
 	// Recreated is the pod whose sandbox was recreated (sandbox-recreated
 	// run), and RecreatedActions the controller's successful repairs with
-	// reason sandbox_recreated.
-	Recreated        *PodResult  `json:"recreated,omitempty"`
-	RecreatedActions int         `json:"recreated_actions,omitempty"`
-	SecondsObserved  float64     `json:"seconds_observed"`
-	Chain            string      `json:"chain"`
-	PodResults       []PodResult `json:"pod_results"`
+	// reason sandbox_recreated (also node-reboot).
+	Recreated        *PodResult `json:"recreated,omitempty"`
+	RecreatedActions int        `json:"recreated_actions,omitempty"`
+	SecondsObserved  float64    `json:"seconds_observed"`
+	// Controller is what the controller reported at the end
+	// (node-reboot run).
+	Controller *ControllerView `json:"controller,omitempty"`
+	// Node is what the run's node reported of itself.
+	Node       *NodeInfo   `json:"node,omitempty"`
+	Chain      string      `json:"chain"`
+	PodResults []PodResult `json:"pod_results"`
 }
 
 var (
@@ -203,13 +219,13 @@ type runner struct {
 	cs    kubernetes.Interface
 	start time.Time
 
-	ns                  string
-	node                *simnode.Node
-	root                string
-	release             func()
-	dir                 string
-	controller          *proc.Process
-	metrics             string
+	ns         string
+	node       Node
+	dir        string
+	controller *proc.Process
+	// metricsURL is where the controller serves its metrics now
+	// (empty when unknown).
+	metricsURL          func(context.Context) string
 	ds                  bool
 	dsNamespace, dsName string
 	cniAt               time.Time
@@ -239,8 +255,11 @@ func (r *runner) execute(ctx context.Context) (*Result, error) {
 	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
-	if r.cfg.Mode == SandboxRecreated {
+	switch r.cfg.Mode {
+	case SandboxRecreated:
 		return r.runRecreated(ctx)
+	case NodeReboot:
+		return r.runReboot(ctx)
 	}
 	if err := r.podsBeforeCNI(ctx); err != nil {
 		return nil, err
@@ -286,7 +305,7 @@ func (r *runner) setUp(ctx context.Context) error {
 	r.onCleanup(func() {
 		_ = r.cs.CoreV1().Namespaces().Delete(context.Background(), r.ns, metav1.DeleteOptions{})
 	})
-	r.tr = newTracker(r.root, r.ns)
+	r.tr = newTracker(r.node.LogFiles, r.ns)
 	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
 		_, err := r.cs.CoreV1().ServiceAccounts(r.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
@@ -425,47 +444,17 @@ const waitInterval = 200 * time.Millisecond
 const nodeLabel = "scenario.consul-cni-repair.test/run"
 
 func (r *runner) startNode(ctx context.Context) error {
-	idx, release, err := simnode.AllocSubnet()
-	if err != nil {
-		return err
-	}
-	r.onCleanup(release)
-	if r.root, err = simnode.NewRoot(r.e.Bins.CNIPlugins, r.e.Range, idx); err != nil {
-		return err
-	}
-	r.onCleanup(func() { os.RemoveAll(r.root) })
-	cfg := simnode.Config{
-		Name:       "race-" + r.id,
-		Client:     r.e.Cluster.Client,
-		RestConfig: r.e.Cluster.Config,
-		Root:       r.root,
-		Labels:     map[string]string{nodeLabel: r.id},
-		Programs: map[string]string{
-			"podprog":                  r.e.Bins.PodProg,
-			"consul-k8s-control-plane": r.e.Bins.PodProg,
-			"consul-dataplane":         r.e.Bins.PodProg,
-		},
-		Range:     r.e.Range,
-		PodSubnet: r.e.Range.Subnet4(idx, 24),
-		SyncRetry: 2 * time.Second,
-		Logf:      r.logf,
-	}
-	if r.e.Bins.Installer != "" {
-		cfg.Programs["consul-cni-installer"] = r.e.Bins.Installer
-	}
-	if r.e.Bins.Check != "" {
-		cfg.Programs["consul-cni-check"] = r.e.Bins.Check
-	}
+	spec := NodeSpec{Name: "race-" + r.id, Labels: map[string]string{nodeLabel: r.id}, Logf: r.logf}
 	if r.cfg.Mode == Prevention && !r.cfg.TaintByPolicy {
-		cfg.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		spec.Taints = []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	}
-	n, err := simnode.Start(ctx, cfg)
+	n, err := r.e.Nodes.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
 	r.node = n
 	r.onCleanup(n.Stop)
-	return n.WaitReady(ctx)
+	return nil
 }
 
 // Deployment is the name of the injected Deployment.
@@ -477,12 +466,33 @@ const redirectConfig = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyUs
 	`"ProxyOutboundPort":15001,"ExcludeInboundPorts":["20200","21000"],"ExcludeOutboundPorts":null,` +
 	`"ExcludeOutboundCIDRs":null,"ExcludeUIDs":["5996"],"NetNS":"","IptablesProvider":null}`
 
+// PodImages are the images of the injected pods' containers on a kind of
+// node. Each runs tests/cmd/podprog, as the simulated node's program for
+// the image or as the image's entrypoint (Entrypoint: the connect-init
+// container then gives only podprog's arguments).
+type PodImages struct {
+	ConnectInit, Dataplane, App string
+	Entrypoint                  bool
+	// Check is the image of the init-container check (empty: the
+	// documented example's).
+	Check string
+}
+
+// SimPodImages are the image names consul-k8s gives the pods, with the
+// app's own; simulated nodes run podprog for each.
+var SimPodImages = PodImages{ConnectInit: "hashicorp/consul-k8s-control-plane:1.6.2",
+	Dataplane: "hashicorp/consul-dataplane:1.6.2", App: "example.com/race/podprog:1.0"}
+
 // InjectedPodTemplate is a pod as the consul-k8s connect-inject webhook
 // leaves it with transparent proxy and the CNI plugin: its markers, the
 // connect-init init container (UID 5996), the dataplane sidecar (UID 5995,
 // here a stand-in answering "proxy" on 15001 and 20000) and the app, a
 // prober of the external service.
-func InjectedPodTemplate(name, nodeName string, service string, interval time.Duration) corev1.PodTemplateSpec {
+func InjectedPodTemplate(name, nodeName string, service string, interval time.Duration, img PodImages) corev1.PodTemplateSpec {
+	initCmd, initArgs := []string{"consul-k8s-control-plane", "connect-init"}, []string(nil)
+	if img.Entrypoint {
+		initCmd, initArgs = nil, []string{"connect-init"}
+	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels: map[string]string{"app": name, annotations.KeyInjectStatus: annotations.InjectStatusInjected},
@@ -499,19 +509,20 @@ func InjectedPodTemplate(name, nodeName string, service string, interval time.Du
 			TerminationGracePeriodSeconds: ptr.To(int64(5)),
 			InitContainers: []corev1.Container{{
 				Name:            annotations.InitContainerName,
-				Image:           "hashicorp/consul-k8s-control-plane:1.6.2",
-				Command:         []string{"consul-k8s-control-plane", "connect-init"},
+				Image:           img.ConnectInit,
+				Command:         initCmd,
+				Args:            initArgs,
 				SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.InitUID)), RunAsGroup: ptr.To(int64(annotations.InitUID))},
 			}},
 			Containers: []corev1.Container{
 				{
 					Name:  ProberContainer,
-					Image: "example.com/race/podprog:1.0",
+					Image: img.App,
 					Args:  []string{"probe", "--target=" + service, "--interval=" + interval.String()},
 				},
 				{
 					Name:            "consul-dataplane",
-					Image:           "hashicorp/consul-dataplane:1.6.2",
+					Image:           img.Dataplane,
 					Args:            []string{"proxy", "--outbound=15001", "--inbound=20000"},
 					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(annotations.ProxyUID)), RunAsGroup: ptr.To(int64(annotations.ProxyUID))},
 					ReadinessProbe: &corev1.Probe{
@@ -525,7 +536,12 @@ func InjectedPodTemplate(name, nodeName string, service string, interval time.Du
 }
 
 func (r *runner) deploy(ctx context.Context) error {
-	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	tmpl := InjectedPodTemplate(Deployment, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval, r.e.Nodes.PodImages())
+	if r.cfg.CheckInit {
+		if err := r.withCheck(&tmpl); err != nil {
+			return err
+		}
+	}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: Deployment, Namespace: r.ns},
 		Spec: appsv1.DeploymentSpec{
@@ -574,7 +590,7 @@ func (r *runner) waitRunning(ctx context.Context) error {
 const ControlPod = "control"
 
 func (r *runner) createControl(ctx context.Context) error {
-	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval)
+	tmpl := InjectedPodTemplate(ControlPod, r.node.Name(), r.e.Service.String(), r.cfg.ProbeInterval, r.e.Nodes.PodImages())
 	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 	pod.Name, pod.Namespace = ControlPod, r.ns
 	_, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -601,27 +617,15 @@ func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) erro
 				ds.Spec.Template.Spec.NodeSelector = map[string]string{}
 			}
 			ds.Spec.Template.Spec.NodeSelector[nodeLabel] = r.id
+			if err := r.e.Nodes.Installer(r.node, &ds.Spec.Template.Spec); err != nil {
+				return err
+			}
 			r.ds = true
 			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
-			r.onCleanup(func() { r.deleteDaemonSet(ds.Namespace, ds.Name) })
+			r.onCleanup(func() { r.deleteWorkload(ds.Namespace, ds.Name, true) })
 		}
 	}
 	return apply(ctx, r.cs, objs)
-}
-
-func (r *runner) deleteDaemonSet(ns, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
-	// Let the node finalize the installer pod before it stops.
-	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
-		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
-		return err == nil && len(l.Items) == 0, nil
-	})
-	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
-		_, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
 }
 
 // nodeBoundToken is a token of the installer's ServiceAccount bound to this
@@ -664,7 +668,7 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 	if err := cluster.WriteKubeconfig(filepath.Join(r.node.ConfDir(), cniconf.KubeconfigFileName), kc, "consul-cni"); err != nil {
 		return err
 	}
-	file := filepath.Join(r.node.ConfDir(), simnode.PrimaryNetworkFile)
+	file := r.node.PrimaryConflist()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -681,13 +685,10 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 		Type: cniconf.PluginType,
 		Settings: cniconf.Settings{LogLevel: "info", Kubeconfig: cniconf.KubeconfigFileName,
 			CNIBinDir: r.node.BinDir(), CNINetDir: r.node.ConfDir()},
-		StateDir: filepath.Join(r.root, "var", "run", "consul-cni"),
+		StateDir: filepath.Join(r.node.Root(), "var", "run", "consul-cni"),
 	})
 	out, _ := json.MarshalIndent(conf, "", "  ")
-	if err := os.WriteFile(file+".tmp", out, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(file+".tmp", file)
+	return writeFileAtomic(file, out)
 }
 
 // chained reports whether the node's network (as a sandbox created now
@@ -741,72 +742,21 @@ func (r *runner) chainString() string {
 	return strings.Join(t, " -> ")
 }
 
-// startController runs the repair controller as a process with the admin
-// kubeconfig (node readiness on, defaults otherwise).
-func (r *runner) startController(ctx context.Context) error {
-	port, err := testnet.FreePort()
-	if err != nil {
-		return err
-	}
-	r.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args := []string{
-		"--kubeconfig=" + r.e.Cluster.Kubeconfig,
-		"--leader-elect=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-		"--health-probe-bind-address=0",
-		"--min-pod-age=" + r.cfg.MinPodAge.String(),
-	}
-	if r.cfg.Mode == SandboxRecreated {
-		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
-	}
-	args = append(args, r.cfg.RepairArgs...)
-	logFile := filepath.Join(r.dir, "repair.log")
-	f, err := os.Create(logFile)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	cmd := exec.Command(r.e.Bins.Repair, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	p, err := proc.Start(cmd, "")
-	if err != nil {
-		return err
-	}
-	r.controller = p
-	r.onCleanup(func() {
-		p.Stop(10 * time.Second)
-		if b, err := os.ReadFile(logFile); err == nil {
-			r.logf("repair controller log:\n%s", tail(string(b), 40))
-		}
-	})
-	r.logf("repair controller started: %s %s", r.e.Bins.Repair, strings.Join(args, " "))
-	return poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
-		select {
-		case <-p.Done():
-			b, _ := os.ReadFile(logFile)
-			return false, fmt.Errorf("repair controller exited: %v\n%s", p.Err(), tail(string(b), 30))
-		default:
-		}
-		resp, err := http.Get(r.metrics)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-}
-
 // installerLogs returns the end of the installer containers' output on
 // the node, for error messages.
-func (r *runner) installerLogs() string {
+func (r *runner) installerLogs() string { return r.containerLogs("consul-cni-repair", "", 15) }
+
+// containerLogs returns the last lines of every log on the node of
+// containers in namespace ns named container (any when empty).
+func (r *runner) containerLogs(ns, container string, lines int) string {
 	files, _ := r.node.LogFiles()
 	var b strings.Builder
 	for _, f := range files {
-		if f.Namespace != "consul-cni-repair" {
+		if f.Namespace != ns || (container != "" && f.Container != container) {
 			continue
 		}
 		out, _ := os.ReadFile(f.Path)
-		fmt.Fprintf(&b, "\n--- %s/%s %s #%d:\n%s", f.Namespace, f.Pod, f.Container, f.Instance, tail(string(out), 15))
+		fmt.Fprintf(&b, "\n--- %s/%s %s #%d:\n%s", f.Namespace, f.Pod, f.Container, f.Instance, tail(string(out), lines))
 	}
 	return b.String()
 }
@@ -825,11 +775,25 @@ func (r *runner) actions() int { return r.actionsFor("") }
 // actionsFor reads the controller's successful repairs with reason (any
 // reason when empty) from its metrics.
 func (r *runner) actionsFor(reason string) int {
-	if r.metrics == "" {
+	match := []string{repair.LabelResult + `="` + repair.ResultSuccess + `"`, `dry_run="false"`}
+	if reason != "" {
+		match = append(match, repair.LabelReason+`="`+reason+`"`)
+	}
+	return int(r.metricSum(repair.MetricPodsRepaired, match...))
+}
+
+// metricSum adds up the controller's samples of metric whose line holds
+// every one of match (0 when it cannot be read).
+func (r *runner) metricSum(metric string, match ...string) float64 {
+	if r.metricsURL == nil {
+		return 0
+	}
+	url := r.metricsURL(context.Background())
+	if url == "" {
 		return 0
 	}
 	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(r.metrics)
+	resp, err := c.Get(url)
 	if err != nil {
 		return 0
 	}
@@ -837,16 +801,16 @@ func (r *runner) actionsFor(reason string) int {
 	total := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+next:
 	for sc.Scan() {
 		l := sc.Text()
-		if !strings.HasPrefix(l, "consul_cni_repair_pods_repaired_total{") {
+		if !strings.HasPrefix(l, metric+"{") && !strings.HasPrefix(l, metric+" ") {
 			continue
 		}
-		if !strings.Contains(l, `result="success"`) || !strings.Contains(l, `dry_run="false"`) {
-			continue
-		}
-		if reason != "" && !strings.Contains(l, `reason="`+reason+`"`) {
-			continue
+		for _, m := range match {
+			if !strings.Contains(l, m) {
+				continue next
+			}
 		}
 		if i := strings.LastIndexByte(l, ' '); i > 0 {
 			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
@@ -854,7 +818,7 @@ func (r *runner) actionsFor(reason string) int {
 			}
 		}
 	}
-	return int(total)
+	return total
 }
 
 // tick reads the probers' output and the pods, and reports progress.
@@ -930,7 +894,7 @@ func (r *runner) report(live []*podTrack) {
 
 func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
 	res := &Result{Name: string(r.cfg.Mode), Pods: r.cfg.Pods, Actions: r.actions(),
-		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString()}
+		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString(), Node: r.nodeInfo(ctx)}
 	_, res.BypassingAtEnd, res.EverBypassed = r.counts(live)
 	if ok, at := r.allMeshed(live); ok {
 		s := at.Sub(r.cniAt).Seconds()

@@ -5,9 +5,12 @@ package scenario_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
@@ -23,6 +26,9 @@ func run(t *testing.T, cfg scenario.Config) *scenario.Result {
 	c := cluster.Shared(t)
 	env := scenario.NewEnv(t, c)
 	env.Logf = t.Logf
+	if err := env.UseNodes(t, scenario.NodesFromEnv()); err != nil {
+		t.Fatalf("%v", err)
+	}
 	if err := env.Supports(cfg.Mode); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -124,7 +130,35 @@ func testPrevention(t *testing.T, byPolicy bool) {
 	w := &readinessWitness{cs: c.Client, scheduled: map[string]time.Time{}}
 	w.start(ctx, t)
 
-	res := run(t, scenario.Config{Mode: scenario.Prevention, TaintByPolicy: byPolicy, Pods: pods, CNIDelay: 3 * time.Second, Observe: 10 * time.Second})
+	// With the startup taint on the node, the pods also carry the
+	// init-container check: it must pass in every one of them.
+	checked := 0
+	inspect := func(ctx context.Context, ns string) error {
+		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range l.Items {
+			for _, s := range p.Status.InitContainerStatuses {
+				if s.Name != "consul-cni-check" {
+					continue
+				}
+				if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 || s.RestartCount != 0 {
+					return fmt.Errorf("pod %s: consul-cni-check %+v, %d restarts: want one exit 0", p.Name, s.State, s.RestartCount)
+				}
+				checked++
+			}
+		}
+		return nil
+	}
+	cfg := scenario.Config{Mode: scenario.Prevention, TaintByPolicy: byPolicy, Pods: pods, CNIDelay: 3 * time.Second, Observe: 10 * time.Second}
+	if !byPolicy {
+		cfg.CheckInit, cfg.Inspect = true, inspect
+	}
+	res := run(t, cfg)
+	if !byPolicy && checked != pods {
+		t.Errorf("consul-cni-check passed in %d pods, want %d", checked, pods)
+	}
 
 	// Ground truth by traffic: every pod meshed, never a bypass, and the
 	// external service never heard from any of them.
@@ -193,6 +227,56 @@ func TestSandboxRecreatedRepair(t *testing.T) {
 	for _, p := range res.PodResults {
 		if p.UID != v.UID && (p.Bypass != 0 || p.Meshed == 0) {
 			t.Errorf("pod %s: %d meshed, %d bypass results", p.Name, p.Meshed, p.Bypass)
+		}
+	}
+}
+
+// The node reboots with every sandbox lost and its conflist rewritten
+// without consul-cni while it is down. Whichever pod got its new sandbox
+// before the installer chained consul-cni again bypasses with its status
+// still complete. The run reports how many ended outside the mesh; it
+// asserts that the controller finds every one of them (broken_pods), that
+// it replaced only pods that bypassed, and that a pod it replaced is not
+// among those still outside the mesh.
+func TestNodeReboot(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second,
+		Timeout: 90 * time.Second})
+	cv := res.Controller
+	if cv == nil {
+		t.Fatal("no controller view in the result")
+	}
+	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d still at the end; %d sandbox_recreated repairs; controller: %d broken pods, breaker open on %d nodes",
+		res.Node, res.EverBypassed, pods, res.BypassingAtEnd, res.RecreatedActions, cv.BrokenPods, cv.BreakerOpenNodes)
+	if cv.BrokenPods < res.BypassingAtEnd {
+		t.Errorf("%d pods bypass at the end, the controller judges %d broken: it misses some", res.BypassingAtEnd, cv.BrokenPods)
+	}
+	if res.BypassingAtEnd > 0 && res.RecreatedActions == 0 && cv.BreakerOpenNodes == 0 {
+		t.Errorf("%d pods bypass at the end, no repair and no open breaker: the controller did nothing about them", res.BypassingAtEnd)
+	}
+	for _, p := range res.PodResults {
+		if p.Deleted && p.Bypass == 0 {
+			t.Errorf("pod %s was replaced without ever bypassing", p.Name)
+		}
+	}
+}
+
+// The same reboot with the controller outside the node (a process of the
+// test): it keeps running through the reboot, sees the node's CNI readiness
+// go and come back, and replaces every pod that came back outside the mesh
+// (sandbox_recreated); at the end every pod is meshed.
+func TestNodeRebootControllerOutside(t *testing.T) {
+	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second,
+		Timeout: 90 * time.Second, ControllerOutside: true})
+	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d sandbox_recreated repairs", res.Node, res.EverBypassed, pods, res.RecreatedActions)
+	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
+		t.Fatalf("bypassing at end %d, all meshed %v: a pod stayed outside the mesh after the reboot", res.BypassingAtEnd, res.SecondsToAllMeshed)
+	}
+	if res.RecreatedActions < res.EverBypassed {
+		t.Fatalf("%d pods bypassed, %d sandbox_recreated repairs: the controller missed some", res.EverBypassed, res.RecreatedActions)
+	}
+	for _, p := range res.PodResults {
+		if p.Bypass > 0 && !p.Deleted {
+			t.Errorf("pod %s bypassed and is still there", p.Name)
 		}
 	}
 }

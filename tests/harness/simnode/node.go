@@ -557,8 +557,12 @@ func (n *Node) LogFiles() ([]LogFile, error) {
 }
 
 // LogFiles lists the container logs under a node root.
-func LogFiles(root string) ([]LogFile, error) {
-	pods, err := os.ReadDir(logsDir(root))
+func LogFiles(root string) ([]LogFile, error) { return PodLogFiles(logsDir(root)) }
+
+// PodLogFiles lists the container logs in a directory laid out as
+// kubelet's podLogsDir (<namespace>_<pod>_<uid>/<container>/<n>.log).
+func PodLogFiles(dir string) ([]LogFile, error) {
+	pods, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -568,16 +572,16 @@ func LogFiles(root string) ([]LogFile, error) {
 		if len(parts) != 3 {
 			continue
 		}
-		ctrs, _ := os.ReadDir(filepath.Join(logsDir(root), p.Name()))
+		ctrs, _ := os.ReadDir(filepath.Join(dir, p.Name()))
 		for _, c := range ctrs {
-			files, _ := os.ReadDir(filepath.Join(logsDir(root), p.Name(), c.Name()))
+			files, _ := os.ReadDir(filepath.Join(dir, p.Name(), c.Name()))
 			for _, f := range files {
 				i, err := strconv.Atoi(strings.TrimSuffix(f.Name(), ".log"))
 				if err != nil || !strings.HasSuffix(f.Name(), ".log") {
 					continue
 				}
 				out = append(out, LogFile{Namespace: parts[0], Pod: parts[1], UID: types.UID(parts[2]), Container: c.Name(),
-					Instance: i, Path: filepath.Join(logsDir(root), p.Name(), c.Name(), f.Name())})
+					Instance: i, Path: filepath.Join(dir, p.Name(), c.Name(), f.Name())})
 			}
 		}
 	}
