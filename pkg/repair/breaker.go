@@ -8,13 +8,17 @@ import (
 )
 
 // Breaker is the per-node circuit breaker. The race this controller repairs
-// only hits pods whose sandbox was created before the node's CNI became
-// ready; when pods created after that are broken too, the node's CNI is
-// misconfigured and deleting its pods would only loop (Linkerd's and
-// Istio's delete loops). The breaker is judged on the pods created after the
-// node became ready: it opens when at least MinPods of them are broken and
-// they are at least Threshold of them, and closes when that no longer holds
-// (for example after the CNI pod restarts with a fixed configuration, which
+// only hits pods whose latest sandbox was created before the node's CNI
+// became ready; when pods whose sandbox was created after that are broken
+// too, the node's CNI is misconfigured and deleting its pods would only loop
+// (Linkerd's and Istio's delete loops). The breaker is judged on the pods
+// whose latest sandbox is at or after the node's readiness (not the pod's
+// creation: a pod created earlier whose sandbox is recreated after the CNI
+// was ready, the sandbox_recreated signal, tests the ready CNI as much as a
+// new pod; and one whose sandbox was recreated before it, by a node reboot,
+// is the race): it opens when at least MinPods of them are broken and they
+// are at least Threshold of them, and closes when that no longer holds (for
+// example after the CNI pod restarts with a fixed configuration, which
 // moves the node's ready time).
 type Breaker struct {
 	Threshold float64

@@ -145,7 +145,8 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		UpdateFunc: func(old, obj interface{}) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := obj.(*corev1.Node)
-			if ok1 && ok2 && nodeLabelledReady(o) != nodeLabelledReady(n) {
+			if ok1 && ok2 && (nodeLabelledReady(o) != nodeLabelledReady(n) ||
+				o.Annotations[annotations.AnnotationCNIReadySince] != n.Annotations[annotations.AnnotationCNIReadySince]) {
 				c.nodeChanged(n, false)
 			}
 		},
@@ -415,8 +416,9 @@ func (c *Controller) skip(st *podState, reason string) bool {
 	return true
 }
 
-// breakerOpen counts the injected pods on node whose sandbox was created
-// after the node's CNI became ready and updates the breaker.
+// breakerOpen counts the injected pods on node whose latest sandbox was
+// created after the node's CNI became ready (CountedByBreaker) and updates
+// the breaker.
 func (c *Controller) breakerOpen(ctx context.Context, node string, since, now time.Time) bool {
 	objs, err := c.podIndex.ByIndex(indexByNode, node)
 	if err != nil {
@@ -441,13 +443,13 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		}
 		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total)
 		if open {
-			logger.Info("Circuit breaker open: pods created after the CNI became ready bypass it too; not repairing on this node")
+			logger.Info("Circuit breaker open: pods whose sandbox was created after the CNI became ready bypass it too; not repairing on this node")
 			c.recorder.Eventf(ref, corev1.EventTypeWarning, EventRepairCircuitOpen,
-				"%d of %d injected pods created since the CNI became ready on this node run outside the mesh: the CNI is misconfigured here, repairs stopped", broken, total)
+				"%d of %d injected pods whose sandbox was created since the CNI became ready on this node run outside the mesh: the CNI is misconfigured here, repairs stopped", broken, total)
 		} else {
 			logger.Info("Circuit breaker closed: repairs resume on this node")
 			c.recorder.Eventf(ref, corev1.EventTypeNormal, EventRepairCircuitClosed,
-				"Repairs resumed: %d of %d injected pods created since the CNI became ready run outside the mesh", broken, total)
+				"Repairs resumed: %d of %d injected pods whose sandbox was created since the CNI became ready run outside the mesh", broken, total)
 		}
 	}
 	return open

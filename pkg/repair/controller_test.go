@@ -1005,3 +1005,75 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 		t.Fatalf("dry run mutated: %v", m)
 	}
 }
+
+// A node reboot the controller did not see (it runs on that node and comes
+// back after the CNI pod is Ready again): the node kept its label and its
+// old cni-ready-since, every pod's sandbox was recreated before consul-cni
+// was chained again (sandbox_recreated). The CNI was not continuously ready
+// since the annotation: the gate dates readiness by the CNI pod (its Ready
+// transition, or a container start the kubelet never reported as not
+// Ready), so those pods are the race, the breaker stays closed and every one
+// is repaired. Pods whose sandbox was made after the CNI was back and that
+// still bypass it open the breaker as before.
+func TestBreakerAfterUnseenReboot(t *testing.T) {
+	const pods = 10
+	oldSince := annotations.FormatTime(t0.Add(-time.Hour))
+	back := -30 * time.Second // the CNI pod is back (Ready, or its container started)
+	cases := []struct {
+		name     string
+		gate     GateMode
+		restart  func(p *corev1.Pod) // how the CNI pod shows the restart
+		sandbox  time.Duration       // the pods' recreated sandboxes
+		repaired int
+		open     float64
+	}{
+		{"node-label, Ready transition", GateNodeLabel, readyAt(back), -40 * time.Second, pods, 0},
+		{"node-label, container start", GateNodeLabel, runningSince(back), -40 * time.Second, pods, 0},
+		{"cni-pod, container start", GateCNIPod, runningSince(back), -40 * time.Second, pods, 0},
+		{"node-label, sandboxes after the CNI was back", GateNodeLabel, readyAt(back), -10 * time.Second, 0, 1},
+		{"cni-pod, sandboxes after the CNI was back", GateCNIPod, runningSince(back), -10 * time.Second, 0, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Gate = tc.gate; c.NodeReadiness = true })
+			node := readyNode("n1")
+			node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: oldSince}
+			h.addNode(node)
+			cni := cniPod("n1", true, -2*time.Hour)
+			tc.restart(cni)
+			s, _ := slimCNIPod(cni)
+			if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for i := 0; i < pods; i++ {
+				keys = append(keys, h.addPod(mkPod(withStatus(annotations.TProxyStatusComplete), appliedAt(-2*time.Hour), sandboxAt(tc.sandbox))))
+			}
+			for _, k := range keys {
+				if err := h.sync(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := repaired(h.metrics, "evict", ResultSuccess, ReasonSandboxRecreated, "false"); got != float64(tc.repaired) {
+				t.Fatalf("%v of %d pods repaired, want %d", got, pods, tc.repaired)
+			}
+			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != tc.open {
+				t.Fatalf("open nodes gauge = %v, want %v", got, tc.open)
+			}
+		})
+	}
+}
+
+// readyAt sets the CNI pod's Ready transition to t0+d.
+func readyAt(d time.Duration) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = at(d) }
+}
+
+// runningSince adds a container running since t0+d to the CNI pod, its
+// Ready transition left as it was.
+func runningSince(d time.Duration) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "installer", RestartCount: 1,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(d)}}})
+	}
+}

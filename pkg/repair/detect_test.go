@@ -280,3 +280,37 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 func slimDefault(obj interface{}) (interface{}, error) {
 	return slimInjectedPod(obj, defaultInitContainerNames)
 }
+
+// The breaker counts a pod by its latest sandbox, not by its creation: a
+// sandbox_recreated pod created long before the CNI became ready but whose
+// sandbox was made after that tests the ready CNI like a new pod and counts;
+// one whose sandbox was recreated before (a node reboot, the CNI not yet
+// chained again) is of the race and does not.
+func TestCountedByBreakerSandboxRecreated(t *testing.T) {
+	d := Detector{InitContainerNames: defaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second, SandboxSlack: defaultSandboxSlack}
+	since := t0.Add(-30 * time.Second) // the CNI became ready
+	recreated := func(opts ...podOpt) *corev1.Pod {
+		return mkPod(append([]podOpt{withStatus(annotations.TProxyStatusComplete), appliedAt(-2 * time.Hour)}, opts...)...)
+	}
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		counted bool
+	}{
+		{"created before, sandbox recreated before readiness (reboot race)", recreated(sandboxAt(-40 * time.Second)), false},
+		{"created before, sandbox recreated after readiness", recreated(sandboxAt(-10 * time.Second)), true},
+		{"created before, sandbox recreated the second of readiness", recreated(sandboxAt(-30*time.Second + 500*time.Millisecond)), true},
+		{"created after, sandbox after", recreated(sandboxAt(-10*time.Second), func(p *corev1.Pod) { p.CreationTimestamp = at(-20 * time.Second) }), true},
+		{"sandbox being recreated", recreated(sandboxDown(-5 * time.Second)), false},
+		{"complete, not recreated, sandbox after", mkPod(withStatus(annotations.TProxyStatusComplete), appliedAt(-10*time.Second), sandboxAt(-10*time.Second)), true},
+		{"finished", recreated(sandboxAt(-10*time.Second), inPhase(corev1.PodFailed)), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := d.Detect(tc.pod, t0)
+			if got := d.CountedByBreaker(tc.pod, since); got != tc.counted {
+				t.Fatalf("counted %v, want %v (verdict %+v)", got, tc.counted, v)
+			}
+		})
+	}
+}

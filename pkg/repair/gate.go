@@ -44,7 +44,7 @@ func newGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer,
 	case GateNone:
 		return noGate{start: start}
 	default:
-		return &nodeLabelGate{nodes: nodes, start: start, since: map[string]time.Time{}, now: time.Now}
+		return &nodeLabelGate{nodes: nodes, cniPods: cniPods, start: start, since: map[string]time.Time{}, now: time.Now}
 	}
 }
 
@@ -53,11 +53,18 @@ func newGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer,
 // by the node-readiness controller, so a restart or a failover keeps it.
 // Without a valid one (a label set by someone else, a dry run) it is when
 // this process first saw the label (Observe from the node informer's
-// handlers), or start for nodes labelled before this process ran.
+// handlers), or start for nodes labelled before this process ran. When the
+// CNI pods are cached, a Ready CNI pod on the node whose readiness (see
+// readySince) is later than that moves it forward: the CNI was not
+// continuously ready since the annotation (a node reboot), and node readiness
+// moves the annotation to the same time, so the gate does not wait for that
+// patch and both give the cni-pod gate's baseline.
 type nodeLabelGate struct {
 	nodes corelisters.NodeLister
-	start time.Time
-	now   func() time.Time
+	// cniPods, when not nil, are the CNI pods indexed by node.
+	cniPods cache.Indexer
+	start   time.Time
+	now     func() time.Time
 	// wouldLabel, in a dry run with node readiness, opens a node that is
 	// not labelled but that node readiness would have labelled (a Ready
 	// CNI pod on it): it writes no label then, and an audit that waits
@@ -90,20 +97,25 @@ func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Tim
 		delete(g.since, node.Name)
 		return false, time.Time{}
 	}
-	if t, ok := nodeReadySince(node); ok {
-		if now := g.now(); t.After(now) {
-			t = now // another node's clock: never in the future
-		}
+	t, ok := nodeReadySince(node)
+	if ok {
 		g.since[node.Name] = t
-		return true, t
-	}
-	t, ok := g.since[node.Name]
-	if !ok {
+	} else if t, ok = g.since[node.Name]; !ok {
 		t = g.now()
 		if initial || t.Before(g.start) {
 			t = g.start
 		}
 		g.since[node.Name] = t
+	}
+	if g.cniPods != nil {
+		if pod := readyCNIPod(g.cniPods, node.Name); pod != nil {
+			if r := readySince(pod); r.After(t) {
+				t = r
+			}
+		}
+	}
+	if now := g.now(); t.After(now) {
+		t = now // another node's clock: never in the future
 	}
 	return true, t
 }
@@ -193,13 +205,32 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
+// readySince dates since when a Ready CNI pod has been continuously ready:
+// its Ready transition, unless one of its containers is running since a later
+// time. The installer chains consul-cni when it starts, so a container start
+// is the last moment the chain was (re)written; a node reboot (kubelet and
+// runtime restarted, every sandbox lost) restarts it. The Ready transition
+// alone can miss that: when the kubelet is down while the container
+// restarts, the first status it writes may already say Ready, and the
+// condition keeps its old transition time. The other signs of a restart the
+// controller could see are weaker: the Node's status.nodeInfo.bootID changes
+// only on a real reboot (not when kubelet and the runtime restart) and its
+// change is seen only by a process that watched across it, and a
+// container's restartCount says that it restarted but not when. Container
+// start times are on the pod, read by every process the same way.
 func readySince(pod *corev1.Pod) time.Time {
+	var t time.Time
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			return c.LastTransitionTime.Time
+			t = c.LastTransitionTime.Time
 		}
 	}
-	return time.Time{}
+	for i := range pod.Status.ContainerStatuses {
+		if r := pod.Status.ContainerStatuses[i].State.Running; r != nil && r.StartedAt.After(t) {
+			t = r.StartedAt.Time
+		}
+	}
+	return t
 }
 
 type noGate struct{ start time.Time }

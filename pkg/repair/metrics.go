@@ -36,6 +36,10 @@ const (
 	// ChangeReadySinceAdded: the ready-since annotation was added to a node
 	// already labelled ready (one labelled before it existed).
 	ChangeReadySinceAdded = "ready_since_added"
+	// ChangeReadySinceMoved: the node's ready-since annotation was moved
+	// forward to the readiness of its CNI pod, which is later (the CNI was
+	// not continuously ready since: a node reboot).
+	ChangeReadySinceMoved = "ready_since_moved"
 )
 
 // Metric names (MetricsPrefix included) that alerts and the dashboard use.

@@ -197,7 +197,7 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 		ops, changes = n.notReadyOps(node)
 		ops, changes = n.removeTaintOps(node, ops, changes)
 	case cniPod != nil:
-		ops, changes = n.readyOps(node)
+		ops, changes = n.readyOps(node, cniPod)
 		ops, changes = n.removeTaintOps(node, ops, changes)
 	default:
 		ops, changes = n.notReadyOps(node)
@@ -217,10 +217,15 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 }
 
 // readyOps: label the node ready with its ready-since annotation (written
-// together, so the breaker's baseline is the label's own time; an existing
-// valid one is kept), backfill the annotation of a node labelled without
-// one.
-func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
+// together, so the breaker's baseline is the label's own time), backfill the
+// annotation of a node labelled without one, and keep it meaning
+// "continuously ready since": an existing valid one is kept unless the CNI
+// pod's readiness (readySince: its Ready transition or a later container
+// start) is later, which means the CNI was not ready all along (a node
+// reboot the label and the annotation outlived, maybe while this process was
+// down, so it never saw the CNI not ready); then it is moved forward to that
+// time, guarded by a test of the value it replaces.
+func (n *NodeReadiness) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
 	if !nodeLabelledReady(node) {
@@ -229,13 +234,24 @@ func (n *NodeReadiness) readyOps(node *corev1.Node) ([]jsonOp, []string) {
 	}
 	// An annotation kept while the label is missing means the label was
 	// removed by someone else while the CNI stayed ready (removing
-	// readiness here removes both): the baseline stands.
-	if _, ok := nodeReadySince(node); !ok {
+	// readiness here removes both): the baseline stands, unless the CNI
+	// pod says otherwise.
+	current, ok := nodeReadySince(node)
+	switch {
+	case !ok:
 		since := annotations.FormatTime(n.now())
 		ops = append(ops, addMapEntry(node, "annotations", node.Annotations, annotations.AnnotationCNIReadySince, since)...)
 		if nodeLabelledReady(node) {
 			changes = append(changes, ChangeReadySinceAdded)
 		}
+	case readySince(cniPod).Truncate(time.Second).After(current):
+		// Not clamped to now: a later patch would move it again and
+		// again while the clocks differ; the gates clamp what they read.
+		path := "/metadata/annotations/" + jsonPointerEscape(annotations.AnnotationCNIReadySince)
+		ops = append(ops,
+			jsonOp{Op: "test", Path: path, Value: node.Annotations[annotations.AnnotationCNIReadySince]},
+			jsonOp{Op: "replace", Path: path, Value: annotations.FormatTime(readySince(cniPod))})
+		changes = append(changes, ChangeReadySinceMoved)
 	}
 	return ops, changes
 }
@@ -355,8 +371,8 @@ func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod, re
 // make, once per node and decision: the node does not change, so without
 // this every update of its CNI pod would repeat it.
 func (n *NodeReadiness) reportDryRun(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, changes []string) {
-	if len(changes) == 0 || (len(changes) == 1 && changes[0] == ChangeReadySinceAdded) {
-		return // only a backfill of the ready-since annotation
+	if len(changes) == 0 || (len(changes) == 1 && (changes[0] == ChangeReadySinceAdded || changes[0] == ChangeReadySinceMoved)) {
+		return // only the ready-since annotation: backfilled or moved
 	}
 	desc := n.describeChanges(changes)
 	n.mu.Lock()
@@ -400,6 +416,8 @@ func (n *NodeReadiness) describeChanges(changes []string) string {
 			out = append(out, "added startup taint "+n.cfg.StartupTaintKey+":"+string(n.cfg.StartupTaintEffect))
 		case ChangeReadySinceAdded:
 			out = append(out, "added annotation "+annotations.AnnotationCNIReadySince)
+		case ChangeReadySinceMoved:
+			out = append(out, "moved annotation "+annotations.AnnotationCNIReadySince+" forward to the CNI pod's readiness")
 		default:
 			out = append(out, c)
 		}

@@ -140,7 +140,7 @@ func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
 func TestNodeReadyIsIdempotent(t *testing.T) {
 	node := nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint)
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T11:00:00Z"}
-	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, node, cniPod("n1", true, -2*time.Hour))
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -323,8 +323,8 @@ func TestNodeReadyWritesReadySince(t *testing.T) {
 }
 
 // A node labelled ready without the annotation (by an older version) gets it
-// added; a valid annotation is kept when the label is re-added; readiness
-// lost removes both.
+// added; a valid annotation is kept when the label is re-added (removed by
+// someone else while the CNI pod stayed Ready); readiness lost removes both.
 func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
 	h := newNRHarness(t, nil, nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}), cniPod("n1", true, -time.Second))
 	h.n.now = func() time.Time { return t0 }
@@ -337,7 +337,7 @@ func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
 
 	node := nodeObject(map[string]string{"a": "b"})
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T10:00:00Z"}
-	h = newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
+	h = newNRHarness(t, nil, node, cniPod("n1", true, -3*time.Hour))
 	h.n.now = func() time.Time { return t0 }
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
@@ -439,3 +439,89 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 		})
 	}
 }
+
+// The ready-since annotation means "continuously ready since": when the CNI
+// pod's readiness (its Ready transition, or a later start of a running
+// container: a restart the kubelet never reported as not Ready) is later
+// than it, the CNI was not ready all along (a node reboot this process did
+// not see) and the annotation moves forward, guarded by a test of the old
+// value; otherwise it is kept.
+func TestNodeReadySinceContinuous(t *testing.T) {
+	old := annotations.FormatTime(t0.Add(-10 * time.Minute))
+	cases := []struct {
+		name     string
+		labelled bool
+		ready    time.Duration  // the CNI pod's Ready transition
+		started  *time.Duration // a running container's start, if any
+		want     string         // the annotation after sync
+	}{
+		{"ready transition later", true, -time.Minute, nil, annotations.FormatTime(t0.Add(-time.Minute))},
+		{"container restarted, transition not reported", true, -time.Hour, durp(-2 * time.Minute), annotations.FormatTime(t0.Add(-2 * time.Minute))},
+		{"label removed by someone else, CNI restarted since", false, -30 * time.Second, nil, annotations.FormatTime(t0.Add(-30 * time.Second))},
+		{"continuously ready", true, -time.Hour, durp(-time.Hour - time.Second), old},
+		{"same second", true, -10*time.Minute + 800*time.Millisecond, nil, old},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			labels := map[string]string{"a": "b"}
+			if tc.labelled {
+				labels[annotations.LabelCNIReady] = annotations.LabelCNIReadyValue
+			}
+			node := nodeObject(labels)
+			node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: old}
+			cni := cniPod("n1", true, tc.ready)
+			if tc.started != nil {
+				cni.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "installer", RestartCount: 1,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(*tc.started)}}}}
+			}
+			h := newNRHarness(t, nil, node, cni)
+			h.n.now = func() time.Time { return t0 }
+			if err := h.n.sync(context.Background(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			n := h.node()
+			if got := n.Annotations[annotations.AnnotationCNIReadySince]; got != tc.want || n.Labels[annotations.LabelCNIReady] != "ready" {
+				t.Fatalf("annotation %s, labels %v; want annotation %s and the label", got, n.Labels, tc.want)
+			}
+			moved := tc.want != old
+			if got := changes(h.metrics, ChangeReadySinceMoved, ResultSuccess); got != map[bool]float64{true: 1}[moved] {
+				t.Fatalf("ready_since_moved = %v, moved %v", got, moved)
+			}
+			if !moved {
+				if !tc.labelled || h.patches() == 0 {
+					return
+				}
+				t.Fatalf("%d patches on a continuously ready node", h.patches())
+			}
+			for _, a := range h.client.Actions() {
+				if a.GetVerb() == "patch" {
+					patch := string(a.(k8stesting.PatchAction).GetPatch())
+					if !strings.Contains(patch, `{"op":"test","path":"/metadata/annotations/consul.hashicorp.com~1cni-ready-since","value":"`+old+`"}`) {
+						t.Fatalf("patch does not test the old value: %s", patch)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A concurrent change of the annotation on the server makes the move's test
+// op fail: nothing is overwritten and the sync asks for a retry.
+func TestNodeReadySinceMoveIsGuarded(t *testing.T) {
+	node := nodeObject(map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue})
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0.Add(-10 * time.Minute))}
+	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Minute))
+	live := h.node()
+	live.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(t0.Add(-5 * time.Minute))
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.n.sync(context.Background(), "n1"); err == nil {
+		t.Fatal("sync on a stale cache succeeded")
+	}
+	if got := h.node().Annotations[annotations.AnnotationCNIReadySince]; got != annotations.FormatTime(t0.Add(-5*time.Minute)) {
+		t.Fatalf("annotation overwritten: %s", got)
+	}
+}
+
+func durp(d time.Duration) *time.Duration { return &d }

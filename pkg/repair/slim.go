@@ -137,7 +137,8 @@ func (c *containerSummary) add(cs *corev1.ContainerStatus) {
 }
 
 // slimCNIPod is the transform of the CNI DaemonSet pod informer: name,
-// node, labels, deletion and the Ready condition.
+// node, labels, deletion, the Ready condition and the start times of the
+// running containers.
 func slimCNIPod(obj interface{}) (interface{}, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -158,6 +159,13 @@ func slimCNIPod(obj interface{}) (interface{}, error) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+		}
+	}
+	// Running containers' start times date a restart (readySince).
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running != nil {
+			out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: cs.Name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: cs.State.Running.StartedAt}}})
 		}
 	}
 	return out, nil
