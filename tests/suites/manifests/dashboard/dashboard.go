@@ -148,7 +148,7 @@ func overview() []idPanel {
 			fmt.Sprintf(`max(%s{cni_ready="true"})`, repair.MetricNodes)),
 		statPanel("Nodes CNI not ready", "Nodes without a Ready consul-cni installer pod: injected pods requiring the label are not scheduled there, and no repair happens there.",
 			fmt.Sprintf(`max(%s{cni_ready="false"})`, repair.MetricNodes)),
-		statPanel("Circuit breaker open", "Nodes on which the circuit breaker stopped repairs (too large a share of broken pods created after the CNI became ready: a misconfiguration).",
+		statPanel("Circuit breaker open", "Nodes on which the circuit breaker stopped repairs (too large a share of broken pods whose sandbox was created after the CNI became ready: a misconfiguration).",
 			fmt.Sprintf(`max(%s)`, repair.MetricBreakerOpenNodes)),
 	}
 }
