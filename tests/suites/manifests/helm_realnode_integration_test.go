@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
 )
 
@@ -23,7 +26,8 @@ import (
 // chains consul-cni last, the controller's replicas run and one leads,
 // labels and untaints every node, and an injected pod on each node is
 // marked complete by the plugin. Then `helm uninstall`, whose pre-delete
-// hook runs `consul-cni-installer uninstall-all`: every node is clean and
+// hook runs `consul-cni-installer uninstall-all`: every node is clean, the
+// controller lifted its label and taint before it went, and every node
 // still starts a plain pod.
 func TestHelmOnRealNodes(t *testing.T) {
 	requireProjectCommands(t)
@@ -53,6 +57,7 @@ func TestHelmOnRealNodes(t *testing.T) {
 	helmDone := time.Since(start)
 	holder := waitRealNodesReady(t, c, ns, nodes)
 	ready := time.Since(start)
+	assertNodeImages(t, c, ns, imgs)
 	ch, err := loader.Load(chartDir(t))
 	if err != nil {
 		t.Fatal(err)
@@ -70,14 +75,15 @@ func TestHelmOnRealNodes(t *testing.T) {
 		dirs = append(dirs, realDirs{n})
 	}
 	helmTook, gone := uninstallRelease(t, helm, c, a, ns, vals, dirs...)
-	var left []string
+	// The controller lifts label and taint from each node whose installer
+	// became a remover, before Helm deletes it.
 	for _, n := range nodes {
-		if err := nodeClean(context.Background(), c.Client, n.Name); err != nil {
-			left = append(left, n.Name+": "+err.Error())
-		}
+		poll.Eventually(t, time.Minute, "node "+n.Name+" without label and startup taint", func() error {
+			return nodeClean(context.Background(), c.Client, n.Name)
+		})
 	}
-	t.Logf("helm uninstall -> every node clean: %v (helm uninstall returned after %v); readiness label or taint left on nodes: %v",
-		gone.Round(100*time.Millisecond), helmTook.Round(100*time.Millisecond), left)
+	t.Logf("helm uninstall -> every node clean, without label and taint: %v (helm uninstall returned after %v)",
+		gone.Round(100*time.Millisecond), helmTook.Round(100*time.Millisecond))
 	for _, n := range nodes {
 		servePodRuns(t, c, appNS, n.Name, app)
 	}
@@ -102,4 +108,28 @@ func imageValues(t *testing.T, imgs []realnode.Image) []string {
 		set = append(set, v.key+".image.repository="+ref[:i], v.key+".image.tag="+ref[i+1:], v.key+".image.pullPolicy=Never")
 	}
 	return set
+}
+
+// assertNodeImages: every container of the release's pods in ns runs one
+// of imgs with pullPolicy Never.
+func assertNodeImages(t *testing.T, c *cluster.Cluster, ns string, imgs []realnode.Image) {
+	t.Helper()
+	refs := map[string]bool{}
+	for _, img := range imgs {
+		refs[img.Ref] = true
+	}
+	l, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range l.Items {
+		for _, ctr := range p.Spec.Containers {
+			if !refs[ctr.Image] || ctr.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("pod %s container %s: image %s pullPolicy %s, want one of the nodes' images with Never", p.Name, ctr.Name, ctr.Image, ctr.ImagePullPolicy)
+			}
+		}
+	}
+	if len(l.Items) == 0 {
+		t.Errorf("no pods in %s", ns)
+	}
 }
