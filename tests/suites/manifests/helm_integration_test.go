@@ -103,7 +103,6 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	}
 	c := cluster.Shared(t)
 	a := newApplier(t, c)
-	ctx := context.Background()
 	helm := newHelmCLI(t, c.Kubeconfig)
 	ns := privilegedNamespace(t, c)
 	// No Prometheus Operator in the local control plane.
@@ -171,16 +170,35 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	// completes once the node is clean; then every object of the release,
 	// the hook's included, is gone, nothing of ours is left on the node and
 	// a new non-injected pod starts there.
-	_, hooks, err := helmRender(chartDir(t), ns, chartValues(t, []string{"without-prometheus-operator.yaml"}))
+	uninstallRelease(t, helm, c, a, ns, chartValues(t, []string{"without-prometheus-operator.yaml"}), node)
+	plainPodRuns(t, c, c.Namespace(t), node.Name())
+	if rels := helm.list(t, ns); len(rels) != 0 {
+		t.Errorf("helm list after uninstall: %+v", rels)
+	}
+}
+
+// uninstallRelease runs `helm uninstall` of the release ccr in ns, whose
+// pre-delete hook completes once every node is clean: nothing of ours is
+// left on nodes when it returns, and then every object the chart renders
+// with vals, the hook's included, and every pod of ns is gone. It returns
+// how long helm uninstall took and how long until all was gone.
+func uninstallRelease(t *testing.T, helm *helmCLI, c *cluster.Cluster, a *applier, ns string, vals map[string]any, nodes ...cniNode) (helmTook, goneAfter time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	rendered, hooks, err := helmRender(chartDir(t), ns, vals)
 	if err != nil || len(hooks) == 0 {
 		t.Fatalf("the chart's hooks: %d (%v)", len(hooks), err)
 	}
-	start = time.Now()
+	start := time.Now()
 	helm.run(t, "uninstall", "ccr", "-n", ns, "--wait", "--timeout", "8m")
-	t.Logf("helm uninstall (pre-delete hook: every node clean): %v", time.Since(start).Round(100*time.Millisecond))
-	assertNothingOfOurs(t, node)
+	helmTook = time.Since(start)
+	t.Logf("helm uninstall (pre-delete hook: every node clean): %v", helmTook.Round(100*time.Millisecond))
+	for _, n := range nodes {
+		assertNothingOfOurs(t, n)
+	}
+	all := append(rendered, hooks...)
 	poll.Eventually(t, 3*time.Minute, "every rendered object deleted", func() error {
-		for _, o := range append(append([]*unstructured.Unstructured{}, rendered...), hooks...) {
+		for _, o := range all {
 			ri, err := a.resource(o)
 			if err != nil {
 				return err
@@ -195,11 +213,11 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		}
 		return nil
 	})
-	assertNothingOfOurs(t, node)
-	plainPodRuns(t, c, c.Namespace(t), node.Name())
-	if rels := helm.list(t, ns); len(rels) != 0 {
-		t.Errorf("helm list after uninstall: %+v", rels)
+	goneAfter = time.Since(start)
+	for _, n := range nodes {
+		assertNothingOfOurs(t, n)
 	}
+	return helmTook, goneAfter
 }
 
 // privilegedNamespace is a fresh namespace labelled for the installer's

@@ -45,60 +45,84 @@ func (r realDirs) BinDir() string  { return r.n.CNIBinDir() }
 // the label and taint go, the overlay is deleted, and every node still
 // starts a plain pod.
 func TestManifestsOnRealNodes(t *testing.T) {
+	requireProjectCommands(t)
+	c := cluster.Shared(t)
+	a := newApplier(t, c)
+	objs := buildOverlay(t, "base")
+	nodes, imgs, app := startRealNodes(t, c, 2, manifestImageTag(t, objs))
+
+	applyAll(t, a, objs, nil)
+	t.Cleanup(func() { deleteWorkloads(t, c) })
+	holder := waitRealNodesReady(t, c, namespace, nodes)
+	ns := c.Namespace(t)
+	for _, n := range nodes {
+		injectedPodComplete(t, c, ns, n.Name, app)
+	}
+	t.Logf("node images %v; installers Ready, consul-cni chained, nodes labelled by the leader %s; injected pods complete",
+		realnode.Archives(imgs...), holder)
+
+	removeOnRealNodes(t, c, a, nodes)
+	for _, n := range nodes {
+		servePodRuns(t, c, ns, n.Name, app)
+	}
+}
+
+// requireProjectCommands skips when a command of the project's images is
+// not in this tree.
+func requireProjectCommands(t *testing.T) {
+	t.Helper()
 	for _, cmd := range realnode.ProjectCommands {
 		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err != nil {
 			t.Skipf("cmd/%s is not in this tree", cmd)
 		}
 	}
-	c := cluster.Shared(t)
-	a := newApplier(t, c)
-	ctx := context.Background()
+}
+
+// startRealNodes starts count real nodes that register with the startup
+// taint and hold the project's images tagged tag and the test program's
+// image app.
+func startRealNodes(t *testing.T, c *cluster.Cluster, count int, tag string) (nodes []*realnode.Node, imgs []realnode.Image, app realnode.Image) {
+	t.Helper()
 	r := testnet.Reserve(t)
-	objs := buildOverlay(t, "base")
-	imgs := realnode.ProjectImages(t, manifestImageTag(t, objs))
-	app := realnode.ProgramImage(t, "podprog")
-	var nodes []*realnode.Node
-	for i := 0; i < 2; i++ {
+	imgs = realnode.ProjectImages(t, tag)
+	app = realnode.ProgramImage(t, "podprog")
+	for i := 0; i < count; i++ {
 		nodes = append(nodes, realnode.StartForTest(t, c, r, realnode.Options{
 			Taints: []corev1.Taint{{Key: annotations.TaintCNINotReady, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 			Images: realnode.Archives(append(imgs, app)...),
 		}))
 	}
+	return nodes, imgs, app
+}
 
-	applyAll(t, a, objs, nil)
-	t.Cleanup(func() { deleteWorkloads(t, c) })
+// waitRealNodesReady waits until the installer pod of ns is Ready on every
+// node with consul-cni last in the node's conflist, both controller
+// replicas are Ready, and the leader labelled every node cni=ready and
+// lifted its startup taint; it returns the Lease's holder.
+func waitRealNodesReady(t *testing.T, c *cluster.Cluster, ns string, nodes []*realnode.Node) string {
+	t.Helper()
+	ctx := context.Background()
 	for _, n := range nodes {
 		poll.Eventually(t, 4*time.Minute, "installer pod Ready on "+n.Name, func() error {
-			return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+installerName, n.Name, 1)
+			return podsReady(ctx, c, ns, "app.kubernetes.io/name="+installerName, n.Name, 1)
 		})
 		if last := lastPlugin(t, n); last != cniconf.PluginType {
 			t.Fatalf("node %s: last plugin of its conflist %q, want %s", n.Name, last, cniconf.PluginType)
 		}
 	}
 	poll.Eventually(t, 4*time.Minute, "controller replicas Ready", func() error {
-		return readyCount(ctx, c, "app.kubernetes.io/name="+controllerName, 2)
+		return readyCount(ctx, c, ns, "app.kubernetes.io/name="+controllerName, 2)
 	})
 	for _, n := range nodes {
 		poll.Eventually(t, 2*time.Minute, "node "+n.Name+" labelled cni=ready without its startup taint", func() error {
 			return nodeCNIReady(ctx, c.Client, n.Name)
 		})
 	}
-	lease, err := c.Client.CoordinationV1().Leases(namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	lease, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, controllerName, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("leader Lease: %v %+v", err, lease)
 	}
-
-	ns := c.Namespace(t)
-	for _, n := range nodes {
-		injectedPodComplete(t, c, ns, n.Name, app)
-	}
-	t.Logf("node images %v; installers Ready, consul-cni chained, nodes labelled by the leader %s; injected pods complete",
-		realnode.Archives(imgs...), *lease.Spec.HolderIdentity)
-
-	removeOnRealNodes(t, c, a, nodes)
-	for _, n := range nodes {
-		servePodRuns(t, c, ns, n.Name, app)
-	}
+	return *lease.Spec.HolderIdentity
 }
 
 // removeOnRealNodes follows TestRemoveOnSimulatedNodes: the controller
@@ -173,10 +197,10 @@ func lastPlugin(t *testing.T, n *realnode.Node) string {
 	return list.Plugins[len(list.Plugins)-1].Type
 }
 
-// readyCount checks that want pods of the selector in the namespace are
-// Ready, on any node.
-func readyCount(ctx context.Context, c *cluster.Cluster, selector string, want int) error {
-	l, err := c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+// readyCount checks that want pods of the selector in ns are Ready, on
+// any node.
+func readyCount(ctx context.Context, c *cluster.Cluster, ns, selector string, want int) error {
+	l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return err
 	}
