@@ -169,7 +169,8 @@ dashboard: toolchain
 	cd tests/suites/manifests && $(GO) run ./cmd/dashboard -o ../../../manifests/base/monitoring/grafana-dashboard.json
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
-## helm install/upgrade/uninstall of the chart on a simulated node, the README's local walkthrough with kubectl
+## helm install/upgrade/uninstall of the chart on a simulated node, the base overlay and the chart on two real nodes,
+## the README's local walkthrough with kubectl
 test-manifests-integration: deps kube-bins node-bins helm
 	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
