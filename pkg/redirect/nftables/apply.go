@@ -11,15 +11,13 @@ import (
 
 	gnft "github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 var table = &gnft.Table{Name: TableName, Family: gnft.TableFamilyINet}
 
 var hooks = map[string]*gnft.ChainHook{"output": gnft.ChainHookOutput, "prerouting": gnft.ChainHookPrerouting}
-
-// ErrNoNetNS wraps the error of opening a network namespace that does not
-// exist (any more).
-var ErrNoNetNS = errors.New("network namespace does not exist")
 
 // conn opens a google/nftables connection to nf_tables inside the
 // namespace, for the calls off the hot path (CHECK, DEL, the replace of a
@@ -44,7 +42,10 @@ func conn(nsPath string) (c *gnft.Conn, closeConn func(), err error) {
 }
 
 // enter runs fn on the calling goroutine's thread switched into the network
-// namespace at nsPath, then switches back. If switching back fails the
+// namespace at nsPath, then switches back. A path that does not exist, or
+// is not a network namespace (any more: an unmounted bind mount, a leftover
+// file), gives an error wrapping redirect.ErrNetnsGone, as for the iptables
+// backend. If switching back fails the
 // goroutine stays locked to the thread (the runtime then never hands the
 // thread to other goroutines, and discards it when this goroutine ends)
 // and enter returns an error.
@@ -52,7 +53,7 @@ func enter(nsPath string, fn func() error) error {
 	target, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("netns %s: %w", nsPath, ErrNoNetNS)
+			return fmt.Errorf("netns %s: %w", nsPath, redirect.ErrNetnsGone)
 		}
 		return fmt.Errorf("netns %s: %w", nsPath, &os.PathError{Op: "open", Path: nsPath, Err: err})
 	}
@@ -66,6 +67,9 @@ func enter(nsPath string, fn func() error) error {
 	defer unix.Close(orig)
 	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("netns %s: entering: %w (%v)", nsPath, redirect.ErrNetnsGone, err)
+		}
 		return fmt.Errorf("netns %s: entering: %w", nsPath, err)
 	}
 	ferr := fn()
@@ -91,7 +95,7 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rc, _, err := dialRaw(ctx, nsPath)
+	rc, _, err := dialRaw(ctx, nsPath, false)
 	if err != nil {
 		return err
 	}
@@ -109,7 +113,7 @@ func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesR
 	if err := ctx.Err(); err != nil {
 		return IptablesRules{}, err
 	}
-	rc, legacyNat, err := dialRaw(ctx, nsPath)
+	rc, legacyNat, err := dialRaw(ctx, nsPath, true)
 	if err != nil {
 		return IptablesRules{}, err
 	}
@@ -170,22 +174,25 @@ func queue(c *gnft.Conn, t Table) {
 	}
 }
 
-// Remove deletes the table from the network namespace at nsPath. A missing
-// namespace or a missing table is not an error: Remove is idempotent.
+// Remove deletes the table from the network namespace at nsPath, in one
+// transaction on a plain netlink socket (the iptables backend calls it on
+// every ADD and DEL, to take away what a switch of backends left). A missing
+// namespace, a missing table or a kernel without nf_tables is not an error:
+// Remove is idempotent.
 func Remove(ctx context.Context, nsPath string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, closeConn, err := conn(nsPath)
-	if errors.Is(err, ErrNoNetNS) {
+	rc, _, err := dialRaw(ctx, nsPath, false)
+	if errors.Is(err, redirect.ErrNetnsGone) || unavailable(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	if err := remove(c); err != nil {
-		return fmt.Errorf("netns %s: %w", nsPath, err)
+	defer rc.close()
+	if err := rc.deleteTable(); err != nil && !unavailable(err) {
+		return fmt.Errorf("netns %s: deleting table inet %s: %w", nsPath, TableName, err)
 	}
 	return nil
 }
@@ -219,20 +226,29 @@ func exists(c *gnft.Conn) (bool, error) {
 }
 
 // Present reports whether the network namespace at nsPath holds our table
-// (false, nil for a missing namespace).
+// (false, nil for a missing namespace or a kernel without nf_tables).
 func Present(ctx context.Context, nsPath string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	c, closeConn, err := conn(nsPath)
-	if errors.Is(err, ErrNoNetNS) {
+	rc, _, err := dialRaw(ctx, nsPath, false)
+	if errors.Is(err, redirect.ErrNetnsGone) || unavailable(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer closeConn()
-	return exists(c)
+	defer rc.close()
+	ok, err := rc.hasTable()
+	if unavailable(err) || errors.Is(err, unix.EINVAL) {
+		// nfnetlink without nf_tables answers a request with EINVAL;
+		// a request naming a table is otherwise well-formed.
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("netns %s: looking for table inet %s: %w", nsPath, TableName, err)
+	}
+	return ok, nil
 }
 
 // Drift lists every way the table in the kernel differs from the expected
@@ -303,7 +319,7 @@ func check(c *gnft.Conn, t Table, d *Drift) error {
 		compareRules(d, want.Name, t.ChainRules(want.Name), rules)
 	}
 	for _, ch := range all {
-		if _, extra := have[ch.Name]; extra {
+		if _, extra := have[ch.Name]; extra && ch.Table != nil && ch.Table.Name == TableName {
 			d.Problems = append(d.Problems, "unexpected chain "+ch.Name)
 		}
 	}
@@ -346,12 +362,12 @@ func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
 	w := make([]string, len(want))
 	text := map[string]string{}
 	for i, r := range want {
-		w[i] = DescribeRule(r.Exprs)
+		w[i] = ruleString(r.Exprs)
 		text[w[i]] = r.Text
 	}
 	g := make([]string, len(got))
 	for i, r := range got {
-		g[i] = DescribeRule(r.Exprs)
+		g[i] = ruleString(r.Exprs)
 	}
 	if slices.Equal(w, g) {
 		return

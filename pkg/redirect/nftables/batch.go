@@ -47,16 +47,17 @@ type rawConn struct {
 	buf []byte
 }
 
-// dialRaw opens the socket inside the namespace at nsPath and says whether
-// the namespace has an x_tables nat table (see IptablesRules).
-func dialRaw(ctx context.Context, nsPath string) (rc *rawConn, legacyNat bool, err error) {
+// dialRaw opens the socket inside the namespace at nsPath and, with
+// lookNat, says whether the namespace has an x_tables nat table (see
+// IptablesRules).
+func dialRaw(ctx context.Context, nsPath string, lookNat bool) (rc *rawConn, legacyNat bool, err error) {
 	err = enter(nsPath, func() error {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 		if err != nil {
 			return fmt.Errorf("netns %s: netlink socket: %w", nsPath, err)
 		}
 		rc = &rawConn{fd: fd}
-		legacyNat = hasNatTable()
+		legacyNat = lookNat && hasNatTable()
 		return nil
 	})
 	if err == nil {
@@ -242,9 +243,6 @@ func (rc *rawConn) create(t Table) error {
 // the chains, the rules (appended in order), end. Only the last message
 // before the end asks for an acknowledgement.
 func createMessages(t Table) ([]message, error) {
-	batch := func(typ uint16) message {
-		return message{typ: typ, flags: unix.NLM_F_REQUEST, data: nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
-	}
 	msgs := append(make([]message, 0, len(t.Chains)+len(t.Rules)+3), batch(unix.NFNL_MSG_BATCH_BEGIN))
 	add := func(typ int, flags uint16, enc func(ae *netlink.AttributeEncoder) error) error {
 		ae := netlink.NewAttributeEncoder()
@@ -326,6 +324,80 @@ func encodeRule(ae *netlink.AttributeEncoder, r Rule) error {
 		return nil
 	})
 	return nil
+}
+
+// batch is the message that begins or ends a transaction.
+func batch(typ uint16) message {
+	return message{typ: typ, flags: unix.NLM_F_REQUEST, data: nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
+}
+
+// tableMessage is a message of type typ naming our table.
+func tableMessage(typ int, flags uint16) message {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_TABLE_NAME, TableName)
+	b, _ := ae.Encode() // a string attribute always encodes
+	return message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...)}
+}
+
+// deleteTable sends a transaction that deletes our table. A missing table
+// is not an error.
+func (rc *rawConn) deleteTable() error {
+	first, err := rc.send([]message{batch(unix.NFNL_MSG_BATCH_BEGIN), tableMessage(unix.NFT_MSG_DELTABLE, unix.NLM_F_ACK),
+		batch(unix.NFNL_MSG_BATCH_END)})
+	if err != nil {
+		return err
+	}
+	return rc.receive(func(m syscall.NetlinkMessage) (bool, error) {
+		if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || m.Header.Seq > first+1 {
+			return false, nil
+		}
+		switch errno := errnoOf(m); errno {
+		case 0:
+			return m.Header.Seq == first+1, nil
+		case unix.ENOENT:
+			return true, nil
+		default:
+			return true, errno
+		}
+	})
+}
+
+// hasTable asks the kernel for our table by name.
+func (rc *rawConn) hasTable() (bool, error) {
+	seq, err := rc.send([]message{tableMessage(unix.NFT_MSG_GETTABLE, unix.NLM_F_ACK)})
+	if err != nil {
+		return false, err
+	}
+	found := false
+	err = rc.receive(func(m syscall.NetlinkMessage) (bool, error) {
+		switch {
+		case m.Header.Seq != seq:
+			return false, nil
+		case m.Header.Type == msgType(unix.NFT_MSG_NEWTABLE):
+			found = true
+			return false, nil
+		case m.Header.Type != unix.NLMSG_ERROR:
+			return false, nil
+		}
+		switch errno := errnoOf(m); errno {
+		case 0:
+			return true, nil
+		case unix.ENOENT:
+			found = false
+			return true, nil
+		default:
+			return true, errno
+		}
+	})
+	return found, err
+}
+
+// unavailable reports whether err says the kernel has no nf_tables: the
+// socket's protocol is missing (no nfnetlink), or nfnetlink has no nf_tables
+// subsystem, which it answers to a transaction with EOPNOTSUPP (and to a
+// request with EINVAL, see Present). Such a kernel holds no table of ours.
+func unavailable(err error) bool {
+	return errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)
 }
 
 // errExists reports whether err says the table exists already.

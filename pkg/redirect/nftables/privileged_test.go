@@ -5,7 +5,9 @@ package nftables_test
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -123,8 +125,26 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("Remove in a missing netns: %v", err)
 	}
 	err := nftables.Apply(ctx, "/run/netns/ccr-does-not-exist", tbl)
-	if !errors.Is(err, nftables.ErrNoNetNS) || !strings.Contains(err.Error(), "ccr-does-not-exist") {
+	if !errors.Is(err, redirect.ErrNetnsGone) || !strings.Contains(err.Error(), "ccr-does-not-exist") {
 		t.Fatalf("Apply in a missing netns = %v", err)
+	}
+	// A path that is no longer a namespace (an unmounted bind mount leaves
+	// an empty file): gone as well, as for the iptables backend.
+	leftover := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(leftover, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := nftables.Remove(ctx, leftover); err != nil {
+		t.Fatalf("Remove in a leftover netns file: %v", err)
+	}
+	if ok, err := nftables.Present(ctx, leftover); err != nil || ok {
+		t.Fatalf("Present in a leftover netns file = %v, %v", ok, err)
+	}
+	if _, err := nftables.FindIptablesRules(ctx, leftover); err != nil {
+		t.Fatalf("FindIptablesRules in a leftover netns file: %v", err)
+	}
+	if err := nftables.Apply(ctx, leftover, tbl); !errors.Is(err, redirect.ErrNetnsGone) {
+		t.Fatalf("Apply in a leftover netns file = %v, want ErrNetnsGone", err)
 	}
 }
 
