@@ -42,7 +42,7 @@ func (r *rules) executor(ctx context.Context, b *redirect.Backend) (redirect.Exe
 	conf := r.conf
 	if b != nil {
 		c := *r.conf
-		c.backend, c.autoBackend = *b, false
+		c.iptablesVariant, c.autoVariant = *b, false
 		conf = &c
 	}
 	return r.p.NewExecutor(ctx, conf, r.netns, r.log)
@@ -119,7 +119,7 @@ func (r *rules) remove(ctx context.Context) error {
 	}
 	if err := redirect.Remove(ctx, ex, []redirect.Family{redirect.IPv4}); err != nil {
 		if errors.Is(err, redirect.ErrNetnsGone) {
-			return nil
+			return nerr
 		}
 		return errors.Join(nerr, err)
 	}
