@@ -10,14 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/plugin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 )
 
 // HostCNIConfDir and HostCNIBinDir are the paths the manifests' installer
 // mounts (hostPath); inside a node they are the node's own CNI directories.
 const (
-	HostCNIConfDir = plugin.DefaultCNINetDir
+	HostCNIConfDir = "/etc/cni/net.d"
 	HostCNIBinDir  = "/opt/cni/bin"
 )
 

@@ -301,8 +301,8 @@ func narrowRange(t *testing.T, conf []byte, first, last netip.Addr) []byte {
 	return b
 }
 
-// The figures of the targets (logged, not asserted: the machine is
-// shared): node Ready after kubelet starts, and the memory of kubelet,
+// The node's figures (logged, not asserted: speed and memory are for
+// benchmarks): node Ready after kubelet starts, and the memory of kubelet,
 // containerd and the shims with 10 pods.
 func TestNodeFigures(t *testing.T) {
 	c := cluster.Shared(t)
