@@ -20,8 +20,7 @@ var table = &gnft.Table{Name: TableName, Family: gnft.TableFamilyINet}
 var hooks = map[string]*gnft.ChainHook{"output": gnft.ChainHookOutput, "prerouting": gnft.ChainHookPrerouting}
 
 // conn opens a google/nftables connection to nf_tables inside the
-// namespace, for the calls off the hot path (CHECK, DEL, the replace of a
-// repeated ADD). The socket is made on the calling goroutine's own thread,
+// namespace, for CHECK, which reads the table back. The socket is made on the calling goroutine's own thread,
 // switched into the namespace and back (no extra thread, no handoff); it
 // stays bound to the namespace, so the netlink work that follows runs
 // unlocked.
@@ -129,49 +128,23 @@ func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesR
 }
 
 // createOrReplace creates the table exclusively; when it exists already,
-// it replaces it through google/nftables on a second socket. Either way a
+// it replaces it with the SDK's transaction on the same socket. Either way a
 // failure removes whatever table of ours is there.
 func createOrReplace(rc *rawConn, nsPath string, t Table) error {
-	err := rc.create(t)
+	err := rc.apply(t, false)
 	if err == nil {
 		return nil
 	}
-	c, closeConn, cerr := conn(nsPath)
-	if cerr != nil {
-		return fmt.Errorf("netns %s: applying table inet %s: %w (and reopening the namespace failed, a table may be left: %v)", nsPath, TableName, err, cerr)
-	}
-	defer closeConn()
 	if errExists(err) {
-		c.AddTable(table)
-		c.DelTable(table)
-		c.AddTable(table)
-		queue(c, t)
-		if err = c.Flush(); err == nil {
+		if err = rc.apply(t, true); err == nil {
 			return nil
 		}
 	}
 	err = fmt.Errorf("netns %s: applying table inet %s: %w", nsPath, TableName, err)
-	if rerr := remove(c); rerr != nil {
+	if rerr := rc.deleteTable(); rerr != nil {
 		return fmt.Errorf("%w (and removing the table failed too, it may be left: %v)", err, rerr)
 	}
 	return fmt.Errorf("%w (no table of ours was left in place)", err)
-}
-
-// queue adds the chains and rules of t to the connection's batch, after
-// the table messages.
-func queue(c *gnft.Conn, t Table) {
-	chains := map[string]*gnft.Chain{}
-	for _, ch := range t.Chains {
-		gc := &gnft.Chain{Name: ch.Name, Table: table}
-		if ch.Hook != nil {
-			prio := gnft.ChainPriority(ch.Hook.Priority)
-			gc.Hooknum, gc.Priority, gc.Type = hooks[ch.Hook.Hook], &prio, gnft.ChainType(ch.Hook.Type)
-		}
-		chains[ch.Name] = c.AddChain(gc)
-	}
-	for _, r := range t.Rules {
-		c.AddRule(&gnft.Rule{Table: table, Chain: chains[r.Chain], Exprs: r.Exprs})
-	}
 }
 
 // Remove deletes the table from the network namespace at nsPath, in one
@@ -193,21 +166,6 @@ func Remove(ctx context.Context, nsPath string) error {
 	defer rc.close()
 	if err := rc.deleteTable(); err != nil && !unavailable(err) {
 		return fmt.Errorf("netns %s: deleting table inet %s: %w", nsPath, TableName, err)
-	}
-	return nil
-}
-
-func remove(c *gnft.Conn) error {
-	ok, err := exists(c)
-	if err != nil || !ok {
-		return err
-	}
-	c.DelTable(table)
-	if err := c.Flush(); err != nil {
-		if ok, lerr := exists(c); lerr == nil && !ok {
-			return nil // deleted meanwhile
-		}
-		return fmt.Errorf("deleting table inet %s: %w", TableName, err)
 	}
 	return nil
 }

@@ -143,18 +143,18 @@ type message struct {
 	data       []byte
 }
 
-// describe names the part of t that message i of its create batch
-// (createMessages) carries.
-func describe(t Table, i int) string {
+// describe names the part of t that message i of its batch
+// (tableMessages) carries; lead is the number of table messages.
+func describe(t Table, i, lead int) string {
 	switch {
 	case i == 0:
 		return "the transaction"
-	case i == 1:
+	case i <= lead:
 		return "table inet " + TableName
-	case i-2 < len(t.Chains):
-		return "chain " + t.Chains[i-2].Name
-	case i-2-len(t.Chains) < len(t.Rules):
-		r := t.Rules[i-2-len(t.Chains)]
+	case i-1-lead < len(t.Chains):
+		return "chain " + t.Chains[i-1-lead].Name
+	case i-1-lead-len(t.Chains) < len(t.Rules):
+		r := t.Rules[i-1-lead-len(t.Chains)]
 		return "rule in " + r.Chain + ": " + r.Text
 	}
 	return fmt.Sprintf("message %d", i)
@@ -214,12 +214,14 @@ func chainNames(b []byte) (tbl, name string, err error) {
 	return tbl, name, ad.Err()
 }
 
-// create sends the transaction that creates the table exclusively with
-// all its chains and rules. It fails with an error wrapping unix.EEXIST
-// when the table exists already; the kernel applies all of it or nothing.
-// An error names the part of the table the kernel refused.
-func (rc *rawConn) create(t Table) error {
-	msgs, err := createMessages(t)
+// apply sends the transaction that puts t in place with all its chains
+// and rules: a create (replace false) makes the table exclusively and
+// fails with an error wrapping unix.EEXIST when it exists already; a
+// replace is the SDK's transaction (add, delete and add the table, then
+// everything in it). The kernel applies all of it or nothing. An error
+// names the part of the table the kernel refused.
+func (rc *rawConn) apply(t Table, replace bool) error {
+	msgs, lead, err := tableMessages(t, replace)
 	if err != nil {
 		return err
 	}
@@ -233,17 +235,18 @@ func (rc *rawConn) create(t Table) error {
 			return false, nil
 		}
 		if errno := errnoOf(m); errno != 0 {
-			return true, fmt.Errorf("%s: %w", describe(t, int(m.Header.Seq-first)), errno)
+			return true, fmt.Errorf("%s: %w", describe(t, int(m.Header.Seq-first), lead), errno)
 		}
 		return m.Header.Seq == last, nil
 	})
 }
 
-// createMessages encodes the batch: begin, the table (exclusive create),
-// the chains, the rules (appended in order), end. Only the last message
-// before the end asks for an acknowledgement.
-func createMessages(t Table) ([]message, error) {
-	msgs := append(make([]message, 0, len(t.Chains)+len(t.Rules)+3), batch(unix.NFNL_MSG_BATCH_BEGIN))
+// tableMessages encodes the batch: begin, the table messages (lead of
+// them), the chains, the rules (appended in order), end. Only the last
+// message before the end asks for an acknowledgement: the kernel reports
+// an error for any message that fails and for a failed commit before it.
+func tableMessages(t Table, replace bool) (msgs []message, lead int, err error) {
+	msgs = append(make([]message, 0, len(t.Chains)+len(t.Rules)+5), batch(unix.NFNL_MSG_BATCH_BEGIN))
 	add := func(typ int, flags uint16, enc func(ae *netlink.AttributeEncoder) error) error {
 		ae := netlink.NewAttributeEncoder()
 		ae.ByteOrder = binary.BigEndian
@@ -257,11 +260,13 @@ func createMessages(t Table) ([]message, error) {
 		msgs = append(msgs, message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...)})
 		return nil
 	}
-	err := add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, func(ae *netlink.AttributeEncoder) error {
-		ae.String(unix.NFTA_TABLE_NAME, TableName)
-		ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
-		return nil
-	})
+	if replace {
+		msgs = append(msgs, tableMessage(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE), tableMessage(unix.NFT_MSG_DELTABLE, 0),
+			tableMessage(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE))
+	} else {
+		msgs = append(msgs, tableMessage(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL))
+	}
+	lead = len(msgs) - 1
 	for _, ch := range t.Chains {
 		if err != nil {
 			break
@@ -279,10 +284,10 @@ func createMessages(t Table) ([]message, error) {
 		})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("encoding table inet %s: %w", TableName, err)
+		return nil, 0, fmt.Errorf("encoding table inet %s: %w", TableName, err)
 	}
 	msgs[len(msgs)-1].flags |= unix.NLM_F_ACK
-	return append(msgs, batch(unix.NFNL_MSG_BATCH_END)), nil
+	return append(msgs, batch(unix.NFNL_MSG_BATCH_END)), lead, nil
 }
 
 func encodeChain(ae *netlink.AttributeEncoder, ch Chain) error {

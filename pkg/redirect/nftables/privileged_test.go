@@ -160,12 +160,30 @@ func TestApplyFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := nftables.Build(cases[0].config(t))
-	bad.Rules = append(bad.Rules, nftables.JumpRule(nftables.ChainNATOutput, "NO_SUCH_CHAIN"))
-	if err := nftables.Apply(ctx, ns.Path, bad); err == nil {
-		t.Fatal("Apply of a bad table succeeded")
+	jump := nftables.JumpRule(nftables.ChainNATOutput, "NO_SUCH_CHAIN")
+	bad.Rules = append(bad.Rules, jump)
+	if err := nftables.Apply(ctx, ns.Path, bad); err == nil || !strings.Contains(err.Error(), jump.Text) {
+		t.Fatalf("Apply of a bad table over an existing one: %v, want an error naming the rule %q", err, jump.Text)
 	}
 	if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
 		t.Fatalf("table left after a failed Apply: present=%v err=%v", ok, err)
+	}
+}
+
+// TestReplaceWithAnotherTable: a repeated ADD with another configuration
+// leaves exactly the new table (no rule of the old one).
+func TestReplaceWithAnotherTable(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	ns := r.NewNetns(t, "nf")
+	for _, c := range []tcase{cases[0], cases[1], cases[0]} {
+		tbl := nftables.Build(c.config(t))
+		if err := nftables.Apply(ctx, ns.Path, tbl); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := nftables.Check(ctx, ns.Path, tbl); err != nil {
+			t.Fatalf("after applying %s over another table: %v", c.name, err)
+		}
 	}
 }
 
