@@ -23,7 +23,6 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -427,13 +426,9 @@ func TestPodReachesExternal(t *testing.T) {
 // kubectlPath is kubectl of the control plane's binaries (make kube-bins).
 func kubectlPath(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("CCR_KUBE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
-	}
-	p := filepath.Join(dir, "kubectl")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("kubectl not found in %s: build it with `make kubectl`", dir)
+	p, err := cluster.Kubectl()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }
