@@ -64,7 +64,7 @@ func (r *rules) apply(ctx context.Context, tg *target) error {
 	if err != nil {
 		return err
 	}
-	if err := redirect.Apply(ctx, ex, tg.sets); err != nil {
+	if err := redirect.Apply(ctx, ex, redirect.Build(tg.cfg)); err != nil {
 		return err
 	}
 	if err := r.p.Nftables.Remove(ctx, r.netns); err != nil {
@@ -94,7 +94,7 @@ func (r *rules) check(ctx context.Context, tg *target) error {
 	if err != nil {
 		return err
 	}
-	if err := redirect.Check(ctx, ex, tg.sets); err != nil {
+	if err := redirect.Check(ctx, ex, redirect.Build(tg.cfg)); err != nil {
 		return err
 	}
 	ok, err := r.p.Nftables.Present(ctx, r.netns)

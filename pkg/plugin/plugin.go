@@ -77,11 +77,11 @@ func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Log
 	return &redirect.NetnsExecutor{NetNS: netns, Backend: b}, nil
 }
 
-// target is what a call works on: the rule sets, and for Kubernetes the
-// pod whose status to record. skip means the pod is not ours to redirect.
+// target is what a call works on: the pod's redirect configuration, and
+// for Kubernetes the pod whose status to record. skip means the pod is not
+// ours to redirect.
 type target struct {
 	cfg    annotations.TrafficConfig
-	sets   []redirect.RuleSet
 	pod    *Pod
 	client PodClient
 	skip   bool
@@ -144,7 +144,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return err
 		}
 	}
-	log.Info("traffic redirection applied", "target", tg.what, "backend", conf.Backend, "families", fmt.Sprint(redirect.FamiliesOf(tg.sets)), "duration", time.Since(start).String())
+	log.Info("traffic redirection applied", "target", tg.what, "backend", conf.Backend, "dual_stack", tg.cfg.DualStack, "duration", time.Since(start).String())
 	return p.print(result, conf)
 }
 
@@ -157,7 +157,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		if err != nil {
 			return nil, fmt.Errorf("consul-cni: %s: CNI argument CONSUL_IPTABLES_CONFIG is invalid: %w", tg.what, err)
 		}
-		tg.cfg, tg.sets = cfg, redirect.Build(cfg)
+		tg.cfg = cfg
 		return tg, nil
 	}
 	if a.PodName == "" || a.PodNamespace == "" {
@@ -218,7 +218,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: %w", tg.what, err)
 	}
-	tg.cfg, tg.sets = cfg, redirect.Build(cfg)
+	tg.cfg = cfg
 	return tg, nil
 }
 
