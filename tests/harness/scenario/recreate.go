@@ -65,7 +65,9 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
 	victim := live[0]
 	r.setPhase("the installer is gone and consul-cni out of the chain")
-	r.deleteWorkload(r.dsNamespace, r.dsName, true)
+	if err := r.deleteWorkload(r.dsNamespace, r.dsName, true); err != nil {
+		return "", err
+	}
 	if err := r.unchain(); err != nil {
 		return "", err
 	}

@@ -624,7 +624,11 @@ func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) erro
 			}
 			r.ds = true
 			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
-			r.onCleanup(func() { r.deleteWorkload(ds.Namespace, ds.Name, true) })
+			r.onCleanup(func() {
+				if err := r.deleteWorkload(ds.Namespace, ds.Name, true); err != nil {
+					r.logf("cleanup: %v", err)
+				}
+			})
 		}
 	}
 	return apply(ctx, r.cs, objs)
