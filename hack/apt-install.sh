@@ -43,8 +43,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo ">> installing ${need[*]} with apt-get"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# Wait for another apt-get or dpkg (unattended upgrades on a fresh machine)
+# rather than fail.
+lock=(-o DPkg::Lock::Timeout=600)
+apt-get "${lock[@]}" update -qq
+apt-get "${lock[@]}" install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 for s in "${stop[@]}"; do
 	if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$s" 2>/dev/null; then
 		systemctl stop "$s" || true

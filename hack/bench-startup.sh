@@ -8,6 +8,7 @@
 #   hack/bench-startup.sh BIN_DIR     (BIN_DIR holds consul-cni; make bench-startup)
 set -euo pipefail
 bin=$(cd "$1" && pwd)/consul-cni
+"$(dirname "$0")/apt-install.sh" hyperfine=hyperfine python3=python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'package main\n\nfunc main() {}\n' >"$tmp/main.go"

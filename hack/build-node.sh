@@ -39,7 +39,7 @@ for c in containerd ctr containerd-shim-runc-v2; do
 		-tags no_btrfs -ldflags "$ctrd_ldflags"
 done
 if ! fresh runc "$node_mod"; then
-	"$hack/apt-install.sh" /usr/include/seccomp.h=libseccomp-dev gcc=gcc pkg-config=pkg-config
+	"$hack/apt-install.sh" /usr/include/seccomp.h=libseccomp-dev gcc=gcc /usr/include/stdio.h=libc6-dev pkg-config=pkg-config
 	CGO_ENABLED=1 build runc github.com/opencontainers/runc -tags seccomp -ldflags "-s -w"
 fi
 "$hack/build-kube.sh" "$out" kubelet

@@ -48,15 +48,7 @@ if ! sum=$(pinned "$want/$arch"); then
 	exit 1
 fi
 
-need=()
-command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
-command -v unzip >/dev/null 2>&1 || need+=(unzip)
-if [ ${#need[@]} -gt 0 ]; then
-	echo ">> installing ${need[*]} with apt-get"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-install.sh" curl=curl /etc/ssl/certs/ca-certificates.crt=ca-certificates unzip=unzip
 
 mod="golang.org/toolchain@v0.0.1-go$want.linux-$arch"
 url="https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$want.linux-$arch.zip"

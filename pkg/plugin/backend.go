@@ -42,7 +42,7 @@ func (r *rules) executor(ctx context.Context, b *redirect.Backend) (redirect.Exe
 	conf := r.conf
 	if b != nil {
 		c := *r.conf
-		c.backend, c.autoBackend = *b, false
+		c.iptablesVariant, c.autoVariant = *b, false
 		conf = &c
 	}
 	return r.p.NewExecutor(ctx, conf, r.netns, r.log)
@@ -64,7 +64,7 @@ func (r *rules) apply(ctx context.Context, tg *target) error {
 	if err != nil {
 		return err
 	}
-	if err := redirect.Apply(ctx, ex, tg.sets); err != nil {
+	if err := redirect.Apply(ctx, ex, redirect.Build(tg.cfg)); err != nil {
 		return err
 	}
 	if err := r.p.Nftables.Remove(ctx, r.netns); err != nil {
@@ -94,7 +94,7 @@ func (r *rules) check(ctx context.Context, tg *target) error {
 	if err != nil {
 		return err
 	}
-	if err := redirect.Check(ctx, ex, tg.sets); err != nil {
+	if err := redirect.Check(ctx, ex, redirect.Build(tg.cfg)); err != nil {
 		return err
 	}
 	ok, err := r.p.Nftables.Present(ctx, r.netns)
@@ -119,7 +119,7 @@ func (r *rules) remove(ctx context.Context) error {
 	}
 	if err := redirect.Remove(ctx, ex, []redirect.Family{redirect.IPv4}); err != nil {
 		if errors.Is(err, redirect.ErrNetnsGone) {
-			return nil
+			return nerr
 		}
 		return errors.Join(nerr, err)
 	}

@@ -78,8 +78,8 @@ type Config struct {
 
 	apiTimeout      time.Duration
 	iptablesTimeout time.Duration
-	backend         redirect.Backend
-	autoBackend     bool
+	iptablesVariant redirect.Backend // nft or legacy iptables tools (iptables_backend)
+	autoVariant     bool
 	level           slog.Level
 	logOff          bool
 }
@@ -141,7 +141,7 @@ func (c *Config) validate() error {
 	default:
 		return &ConfigError{cniconf.KeyBackend, c.Backend, cniconf.BackendReason}
 	}
-	if c.backend, c.autoBackend, err = redirect.ParseBackend(c.IptablesBackend); err != nil {
+	if c.iptablesVariant, c.autoVariant, err = redirect.ParseBackend(c.IptablesBackend); err != nil {
 		return &ConfigError{"iptables_backend", c.IptablesBackend, "is not auto, nft or legacy"}
 	}
 	switch strings.ToLower(c.LogLevel) {

@@ -22,14 +22,14 @@ func TestParseConfigUpstreamEntry(t *testing.T) {
 		c.Kubeconfig != cniconf.ConsulK8sKubeconfigFileName || c.Multus || c.PrevResult == nil {
 		t.Fatalf("%+v", c)
 	}
-	if c.apiTimeout != DefaultAPITimeout || c.iptablesTimeout != DefaultIptablesTimeout || !c.autoBackend || c.StateDir != DefaultStateDir {
+	if c.apiTimeout != DefaultAPITimeout || c.iptablesTimeout != DefaultIptablesTimeout || !c.autoVariant || c.StateDir != DefaultStateDir {
 		t.Fatalf("defaults %+v", c)
 	}
 	c, err = parseConfig([]byte(conflistEntry("1.1.0", `,"api_timeout":"2s","iptables_timeout":"5s","iptables_backend":"legacy","log_level":"warn"`)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.apiTimeout != 2*time.Second || c.iptablesTimeout != 5*time.Second || c.autoBackend || c.backend != redirect.BackendLegacy {
+	if c.apiTimeout != 2*time.Second || c.iptablesTimeout != 5*time.Second || c.autoVariant || c.iptablesVariant != redirect.BackendLegacy {
 		t.Fatalf("%+v", c)
 	}
 }

@@ -68,8 +68,8 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 }
 
 func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error) {
-	b := conf.backend
-	if conf.autoBackend {
+	b := conf.iptablesVariant
+	if conf.autoVariant {
 		var why string
 		b, why = redirect.Detector{}.Cached(ctx, conf.StateDir, BackendCacheTTL)
 		log.Debug("iptables backend", "backend", b.String(), "reason", why)
@@ -77,11 +77,11 @@ func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Log
 	return &redirect.NetnsExecutor{NetNS: netns, Backend: b}, nil
 }
 
-// target is what a call works on: the rule sets, and for Kubernetes the
-// pod whose status to record. skip means the pod is not ours to redirect.
+// target is what a call works on: the pod's redirect configuration, and
+// for Kubernetes the pod whose status to record. skip means the pod is not
+// ours to redirect.
 type target struct {
 	cfg    annotations.TrafficConfig
-	sets   []redirect.RuleSet
 	pod    *Pod
 	client PodClient
 	skip   bool
@@ -144,7 +144,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return err
 		}
 	}
-	log.Info("traffic redirection applied", "target", tg.what, "backend", conf.Backend, "families", fmt.Sprint(redirect.FamiliesOf(tg.sets)), "duration", time.Since(start).String())
+	log.Info("traffic redirection applied", "target", tg.what, "backend", conf.Backend, "dual_stack", tg.cfg.DualStack, "duration", time.Since(start).String())
 	return p.print(result, conf)
 }
 
@@ -157,7 +157,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 		if err != nil {
 			return nil, fmt.Errorf("consul-cni: %s: CNI argument CONSUL_IPTABLES_CONFIG is invalid: %w", tg.what, err)
 		}
-		tg.cfg, tg.sets = cfg, redirect.Build(cfg)
+		tg.cfg = cfg
 		return tg, nil
 	}
 	if a.PodName == "" || a.PodNamespace == "" {
@@ -218,7 +218,7 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: %w", tg.what, err)
 	}
-	tg.cfg, tg.sets = cfg, redirect.Build(cfg)
+	tg.cfg = cfg
 	return tg, nil
 }
 
@@ -302,7 +302,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// Keep going with defaults: DEL must not be blocked by a
 		// configuration that ADD would have refused anyway.
 		conf = &Config{apiTimeout: DefaultAPITimeout, iptablesTimeout: DefaultIptablesTimeout,
-			Backend: cniconf.BackendIptables, autoBackend: true, StateDir: DefaultStateDir, level: slog.LevelInfo}
+			Backend: cniconf.BackendIptables, autoVariant: true, StateDir: DefaultStateDir, level: slog.LevelInfo}
 		fmt.Fprintf(p.Stderr, "consul-cni DEL: ignoring an invalid configuration: %v\n", err)
 	}
 	a, _ := parseCNIArgs(args.Args)
@@ -338,8 +338,10 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	log, closeLog := p.logger(conf, "STATUS", args, cniArgs{})
 	defer closeLog()
 	// The nftables backend speaks netlink and needs no tool.
-	if missing := missingTools(conf); missing != nil && !conf.nftables() {
-		return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
+	if !conf.nftables() {
+		if missing := missingTools(conf); missing != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
+		}
 	}
 	if conf.Kubeconfig != "" {
 		if _, path, err := p.NewClient(conf); err != nil {
@@ -352,8 +354,8 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // missingTools returns the iptables tools missing for every usable backend,
 // nil when one backend has them all.
 func missingTools(conf *Config) []string {
-	backends := []redirect.Backend{conf.backend}
-	if conf.autoBackend {
+	backends := []redirect.Backend{conf.iptablesVariant}
+	if conf.autoVariant {
 		backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy, redirect.BackendDefault}
 	}
 	var missing []string

@@ -595,7 +595,7 @@ func TestDel(t *testing.T) {
 func TestStatusAndGC(t *testing.T) {
 	e := newEnv(t, injectedPod("web", nil))
 	e.p.NewClient = NewKubeClient
-	toolsOK := missingTools(&Config{autoBackend: true}) == nil
+	toolsOK := missingTools(&Config{autoVariant: true}) == nil
 	status := func(stdin string) {
 		t.Helper()
 		err := e.p.Status(args(stdin, ""))

@@ -11,19 +11,16 @@ import (
 
 	gnft "github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 var table = &gnft.Table{Name: TableName, Family: gnft.TableFamilyINet}
 
 var hooks = map[string]*gnft.ChainHook{"output": gnft.ChainHookOutput, "prerouting": gnft.ChainHookPrerouting}
 
-// ErrNoNetNS wraps the error of opening a network namespace that does not
-// exist (any more).
-var ErrNoNetNS = errors.New("network namespace does not exist")
-
 // conn opens a google/nftables connection to nf_tables inside the
-// namespace, for the calls off the hot path (CHECK, DEL, the replace of a
-// repeated ADD). The socket is made on the calling goroutine's own thread,
+// namespace, for CHECK, which reads the table back. The socket is made on the calling goroutine's own thread,
 // switched into the namespace and back (no extra thread, no handoff); it
 // stays bound to the namespace, so the netlink work that follows runs
 // unlocked.
@@ -44,7 +41,10 @@ func conn(nsPath string) (c *gnft.Conn, closeConn func(), err error) {
 }
 
 // enter runs fn on the calling goroutine's thread switched into the network
-// namespace at nsPath, then switches back. If switching back fails the
+// namespace at nsPath, then switches back. A path that does not exist, or
+// is not a network namespace (any more: an unmounted bind mount, a leftover
+// file), gives an error wrapping redirect.ErrNetnsGone, as for the iptables
+// backend. If switching back fails the
 // goroutine stays locked to the thread (the runtime then never hands the
 // thread to other goroutines, and discards it when this goroutine ends)
 // and enter returns an error.
@@ -52,7 +52,7 @@ func enter(nsPath string, fn func() error) error {
 	target, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("netns %s: %w", nsPath, ErrNoNetNS)
+			return fmt.Errorf("netns %s: %w", nsPath, redirect.ErrNetnsGone)
 		}
 		return fmt.Errorf("netns %s: %w", nsPath, &os.PathError{Op: "open", Path: nsPath, Err: err})
 	}
@@ -66,6 +66,9 @@ func enter(nsPath string, fn func() error) error {
 	defer unix.Close(orig)
 	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("netns %s: entering: %w (%v)", nsPath, redirect.ErrNetnsGone, err)
+		}
 		return fmt.Errorf("netns %s: entering: %w", nsPath, err)
 	}
 	ferr := fn()
@@ -91,7 +94,7 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rc, _, err := dialRaw(ctx, nsPath)
+	rc, _, err := dialRaw(ctx, nsPath, false)
 	if err != nil {
 		return err
 	}
@@ -109,7 +112,7 @@ func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesR
 	if err := ctx.Err(); err != nil {
 		return IptablesRules{}, err
 	}
-	rc, legacyNat, err := dialRaw(ctx, nsPath)
+	rc, legacyNat, err := dialRaw(ctx, nsPath, true)
 	if err != nil {
 		return IptablesRules{}, err
 	}
@@ -125,82 +128,44 @@ func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesR
 }
 
 // createOrReplace creates the table exclusively; when it exists already,
-// it replaces it through google/nftables on a second socket. Either way a
+// it replaces it with the SDK's transaction on the same socket. Either way a
 // failure removes whatever table of ours is there.
 func createOrReplace(rc *rawConn, nsPath string, t Table) error {
-	err := rc.create(t)
+	err := rc.apply(t, false)
 	if err == nil {
 		return nil
 	}
-	c, closeConn, cerr := conn(nsPath)
-	if cerr != nil {
-		return fmt.Errorf("netns %s: applying table inet %s: %w (and reopening the namespace failed, a table may be left: %v)", nsPath, TableName, err, cerr)
-	}
-	defer closeConn()
 	if errExists(err) {
-		c.AddTable(table)
-		c.DelTable(table)
-		c.AddTable(table)
-		queue(c, t)
-		if err = c.Flush(); err == nil {
+		if err = rc.apply(t, true); err == nil {
 			return nil
 		}
 	}
 	err = fmt.Errorf("netns %s: applying table inet %s: %w", nsPath, TableName, err)
-	if rerr := remove(c); rerr != nil {
+	if rerr := rc.deleteTable(); rerr != nil {
 		return fmt.Errorf("%w (and removing the table failed too, it may be left: %v)", err, rerr)
 	}
 	return fmt.Errorf("%w (no table of ours was left in place)", err)
 }
 
-// queue adds the chains and rules of t to the connection's batch, after
-// the table messages.
-func queue(c *gnft.Conn, t Table) {
-	chains := map[string]*gnft.Chain{}
-	for _, ch := range t.Chains {
-		gc := &gnft.Chain{Name: ch.Name, Table: table}
-		if ch.Hook != nil {
-			prio := gnft.ChainPriority(ch.Hook.Priority)
-			gc.Hooknum, gc.Priority, gc.Type = hooks[ch.Hook.Hook], &prio, gnft.ChainType(ch.Hook.Type)
-		}
-		chains[ch.Name] = c.AddChain(gc)
-	}
-	for _, r := range t.Rules {
-		c.AddRule(&gnft.Rule{Table: table, Chain: chains[r.Chain], Exprs: r.Exprs})
-	}
-}
-
-// Remove deletes the table from the network namespace at nsPath. A missing
-// namespace or a missing table is not an error: Remove is idempotent.
+// Remove deletes the table from the network namespace at nsPath, in one
+// transaction on a plain netlink socket (the iptables backend calls it on
+// every ADD and DEL, to take away what a switch of backends left). A missing
+// namespace, a missing table or a kernel without nf_tables is not an error:
+// Remove is idempotent.
 func Remove(ctx context.Context, nsPath string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, closeConn, err := conn(nsPath)
-	if errors.Is(err, ErrNoNetNS) {
+	rc, _, err := dialRaw(ctx, nsPath, false)
+	if errors.Is(err, redirect.ErrNetnsGone) || unavailable(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	if err := remove(c); err != nil {
-		return fmt.Errorf("netns %s: %w", nsPath, err)
-	}
-	return nil
-}
-
-func remove(c *gnft.Conn) error {
-	ok, err := exists(c)
-	if err != nil || !ok {
-		return err
-	}
-	c.DelTable(table)
-	if err := c.Flush(); err != nil {
-		if ok, lerr := exists(c); lerr == nil && !ok {
-			return nil // deleted meanwhile
-		}
-		return fmt.Errorf("deleting table inet %s: %w", TableName, err)
+	defer rc.close()
+	if err := rc.deleteTable(); err != nil && !unavailable(err) {
+		return fmt.Errorf("netns %s: deleting table inet %s: %w", nsPath, TableName, err)
 	}
 	return nil
 }
@@ -219,20 +184,29 @@ func exists(c *gnft.Conn) (bool, error) {
 }
 
 // Present reports whether the network namespace at nsPath holds our table
-// (false, nil for a missing namespace).
+// (false, nil for a missing namespace or a kernel without nf_tables).
 func Present(ctx context.Context, nsPath string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	c, closeConn, err := conn(nsPath)
-	if errors.Is(err, ErrNoNetNS) {
+	rc, _, err := dialRaw(ctx, nsPath, false)
+	if errors.Is(err, redirect.ErrNetnsGone) || unavailable(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer closeConn()
-	return exists(c)
+	defer rc.close()
+	ok, err := rc.hasTable()
+	if unavailable(err) || errors.Is(err, unix.EINVAL) {
+		// nfnetlink without nf_tables answers a request with EINVAL;
+		// a request naming a table is otherwise well-formed.
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("netns %s: looking for table inet %s: %w", nsPath, TableName, err)
+	}
+	return ok, nil
 }
 
 // Drift lists every way the table in the kernel differs from the expected
@@ -303,7 +277,7 @@ func check(c *gnft.Conn, t Table, d *Drift) error {
 		compareRules(d, want.Name, t.ChainRules(want.Name), rules)
 	}
 	for _, ch := range all {
-		if _, extra := have[ch.Name]; extra {
+		if _, extra := have[ch.Name]; extra && ch.Table != nil && ch.Table.Name == TableName {
 			d.Problems = append(d.Problems, "unexpected chain "+ch.Name)
 		}
 	}
@@ -346,12 +320,12 @@ func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
 	w := make([]string, len(want))
 	text := map[string]string{}
 	for i, r := range want {
-		w[i] = DescribeRule(r.Exprs)
+		w[i] = ruleString(r.Exprs)
 		text[w[i]] = r.Text
 	}
 	g := make([]string, len(got))
 	for i, r := range got {
-		g[i] = DescribeRule(r.Exprs)
+		g[i] = ruleString(r.Exprs)
 	}
 	if slices.Equal(w, g) {
 		return

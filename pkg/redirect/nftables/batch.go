@@ -47,16 +47,17 @@ type rawConn struct {
 	buf []byte
 }
 
-// dialRaw opens the socket inside the namespace at nsPath and says whether
-// the namespace has an x_tables nat table (see IptablesRules).
-func dialRaw(ctx context.Context, nsPath string) (rc *rawConn, legacyNat bool, err error) {
+// dialRaw opens the socket inside the namespace at nsPath and, with
+// lookNat, says whether the namespace has an x_tables nat table (see
+// IptablesRules).
+func dialRaw(ctx context.Context, nsPath string, lookNat bool) (rc *rawConn, legacyNat bool, err error) {
 	err = enter(nsPath, func() error {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 		if err != nil {
 			return fmt.Errorf("netns %s: netlink socket: %w", nsPath, err)
 		}
 		rc = &rawConn{fd: fd}
-		legacyNat = hasNatTable()
+		legacyNat = lookNat && hasNatTable()
 		return nil
 	})
 	if err == nil {
@@ -142,18 +143,18 @@ type message struct {
 	data       []byte
 }
 
-// describe names the part of t that message i of its create batch
-// (createMessages) carries.
-func describe(t Table, i int) string {
+// describe names the part of t that message i of its batch
+// (tableMessages) carries; lead is the number of table messages.
+func describe(t Table, i, lead int) string {
 	switch {
 	case i == 0:
 		return "the transaction"
-	case i == 1:
+	case i <= lead:
 		return "table inet " + TableName
-	case i-2 < len(t.Chains):
-		return "chain " + t.Chains[i-2].Name
-	case i-2-len(t.Chains) < len(t.Rules):
-		r := t.Rules[i-2-len(t.Chains)]
+	case i-1-lead < len(t.Chains):
+		return "chain " + t.Chains[i-1-lead].Name
+	case i-1-lead-len(t.Chains) < len(t.Rules):
+		r := t.Rules[i-1-lead-len(t.Chains)]
 		return "rule in " + r.Chain + ": " + r.Text
 	}
 	return fmt.Sprintf("message %d", i)
@@ -213,12 +214,14 @@ func chainNames(b []byte) (tbl, name string, err error) {
 	return tbl, name, ad.Err()
 }
 
-// create sends the transaction that creates the table exclusively with
-// all its chains and rules. It fails with an error wrapping unix.EEXIST
-// when the table exists already; the kernel applies all of it or nothing.
-// An error names the part of the table the kernel refused.
-func (rc *rawConn) create(t Table) error {
-	msgs, err := createMessages(t)
+// apply sends the transaction that puts t in place with all its chains
+// and rules: a create (replace false) makes the table exclusively and
+// fails with an error wrapping unix.EEXIST when it exists already; a
+// replace is the SDK's transaction (add, delete and add the table, then
+// everything in it). The kernel applies all of it or nothing. An error
+// names the part of the table the kernel refused.
+func (rc *rawConn) apply(t Table, replace bool) error {
+	msgs, lead, err := tableMessages(t, replace)
 	if err != nil {
 		return err
 	}
@@ -232,20 +235,18 @@ func (rc *rawConn) create(t Table) error {
 			return false, nil
 		}
 		if errno := errnoOf(m); errno != 0 {
-			return true, fmt.Errorf("%s: %w", describe(t, int(m.Header.Seq-first)), errno)
+			return true, fmt.Errorf("%s: %w", describe(t, int(m.Header.Seq-first), lead), errno)
 		}
 		return m.Header.Seq == last, nil
 	})
 }
 
-// createMessages encodes the batch: begin, the table (exclusive create),
-// the chains, the rules (appended in order), end. Only the last message
-// before the end asks for an acknowledgement.
-func createMessages(t Table) ([]message, error) {
-	batch := func(typ uint16) message {
-		return message{typ: typ, flags: unix.NLM_F_REQUEST, data: nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
-	}
-	msgs := append(make([]message, 0, len(t.Chains)+len(t.Rules)+3), batch(unix.NFNL_MSG_BATCH_BEGIN))
+// tableMessages encodes the batch: begin, the table messages (lead of
+// them), the chains, the rules (appended in order), end. Only the last
+// message before the end asks for an acknowledgement: the kernel reports
+// an error for any message that fails and for a failed commit before it.
+func tableMessages(t Table, replace bool) (msgs []message, lead int, err error) {
+	msgs = append(make([]message, 0, len(t.Chains)+len(t.Rules)+5), batch(unix.NFNL_MSG_BATCH_BEGIN))
 	add := func(typ int, flags uint16, enc func(ae *netlink.AttributeEncoder) error) error {
 		ae := netlink.NewAttributeEncoder()
 		ae.ByteOrder = binary.BigEndian
@@ -259,11 +260,13 @@ func createMessages(t Table) ([]message, error) {
 		msgs = append(msgs, message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...)})
 		return nil
 	}
-	err := add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, func(ae *netlink.AttributeEncoder) error {
-		ae.String(unix.NFTA_TABLE_NAME, TableName)
-		ae.Uint32(unix.NFTA_TABLE_FLAGS, 0)
-		return nil
-	})
+	if replace {
+		msgs = append(msgs, tableMessage(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE), tableMessage(unix.NFT_MSG_DELTABLE, 0),
+			tableMessage(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE))
+	} else {
+		msgs = append(msgs, tableMessage(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE|unix.NLM_F_EXCL))
+	}
+	lead = len(msgs) - 1
 	for _, ch := range t.Chains {
 		if err != nil {
 			break
@@ -281,10 +284,10 @@ func createMessages(t Table) ([]message, error) {
 		})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("encoding table inet %s: %w", TableName, err)
+		return nil, 0, fmt.Errorf("encoding table inet %s: %w", TableName, err)
 	}
 	msgs[len(msgs)-1].flags |= unix.NLM_F_ACK
-	return append(msgs, batch(unix.NFNL_MSG_BATCH_END)), nil
+	return append(msgs, batch(unix.NFNL_MSG_BATCH_END)), lead, nil
 }
 
 func encodeChain(ae *netlink.AttributeEncoder, ch Chain) error {
@@ -326,6 +329,80 @@ func encodeRule(ae *netlink.AttributeEncoder, r Rule) error {
 		return nil
 	})
 	return nil
+}
+
+// batch is the message that begins or ends a transaction.
+func batch(typ uint16) message {
+	return message{typ: typ, flags: unix.NLM_F_REQUEST, data: nfgen(unix.NFPROTO_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
+}
+
+// tableMessage is a message of type typ naming our table.
+func tableMessage(typ int, flags uint16) message {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_TABLE_NAME, TableName)
+	b, _ := ae.Encode() // a string attribute always encodes
+	return message{typ: msgType(typ), flags: unix.NLM_F_REQUEST | flags, data: append(nfgen(nfprotoINet, 0), b...)}
+}
+
+// deleteTable sends a transaction that deletes our table. A missing table
+// is not an error.
+func (rc *rawConn) deleteTable() error {
+	first, err := rc.send([]message{batch(unix.NFNL_MSG_BATCH_BEGIN), tableMessage(unix.NFT_MSG_DELTABLE, unix.NLM_F_ACK),
+		batch(unix.NFNL_MSG_BATCH_END)})
+	if err != nil {
+		return err
+	}
+	return rc.receive(func(m syscall.NetlinkMessage) (bool, error) {
+		if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || m.Header.Seq > first+1 {
+			return false, nil
+		}
+		switch errno := errnoOf(m); errno {
+		case 0:
+			return m.Header.Seq == first+1, nil
+		case unix.ENOENT:
+			return true, nil
+		default:
+			return true, errno
+		}
+	})
+}
+
+// hasTable asks the kernel for our table by name.
+func (rc *rawConn) hasTable() (bool, error) {
+	seq, err := rc.send([]message{tableMessage(unix.NFT_MSG_GETTABLE, unix.NLM_F_ACK)})
+	if err != nil {
+		return false, err
+	}
+	found := false
+	err = rc.receive(func(m syscall.NetlinkMessage) (bool, error) {
+		switch {
+		case m.Header.Seq != seq:
+			return false, nil
+		case m.Header.Type == msgType(unix.NFT_MSG_NEWTABLE):
+			found = true
+			return false, nil
+		case m.Header.Type != unix.NLMSG_ERROR:
+			return false, nil
+		}
+		switch errno := errnoOf(m); errno {
+		case 0:
+			return true, nil
+		case unix.ENOENT:
+			found = false
+			return true, nil
+		default:
+			return true, errno
+		}
+	})
+	return found, err
+}
+
+// unavailable reports whether err says the kernel has no nf_tables: the
+// socket's protocol is missing (no nfnetlink), or nfnetlink has no nf_tables
+// subsystem, which it answers to a transaction with EOPNOTSUPP (and to a
+// request with EINVAL, see Present). Such a kernel holds no table of ours.
+func unavailable(err error) bool {
+	return errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)
 }
 
 // errExists reports whether err says the table exists already.

@@ -154,9 +154,9 @@ func dnat(ip netip.Addr, port uint16) term {
 	return term{text, append(exprs, n)}
 }
 
-// Describe renders one expression in a stable form for comparisons and
+// exprString renders one expression in a stable form for comparisons and
 // messages, close to `nft --debug=netlink`.
-func Describe(e expr.Any) string {
+func exprString(e expr.Any) string {
 	switch e := e.(type) {
 	case *expr.Meta:
 		return fmt.Sprintf("meta load %d => reg %d", e.Key, e.Register)
@@ -189,11 +189,11 @@ func orMin(max, min uint32) uint32 {
 	return max
 }
 
-// DescribeRule renders a rule's expressions, one Describe per expression.
-func DescribeRule(exprs []expr.Any) string {
+// ruleString renders a rule's expressions, one exprString per expression.
+func ruleString(exprs []expr.Any) string {
 	parts := make([]string, len(exprs))
 	for i, e := range exprs {
-		parts[i] = "[" + Describe(e) + "]"
+		parts[i] = "[" + exprString(e) + "]"
 	}
 	return strings.Join(parts, " ")
 }

@@ -36,8 +36,8 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 	if err := ctx.Err(); err != nil {
 		return found, err
 	}
-	rc, legacyNat, err := dialRaw(ctx, nsPath)
-	if errors.Is(err, ErrNoNetNS) {
+	rc, legacyNat, err := dialRaw(ctx, nsPath, true)
+	if errors.Is(err, redirect.ErrNetnsGone) {
 		return found, nil
 	}
 	if err != nil {

@@ -5,7 +5,9 @@ package nftables_test
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -123,8 +125,26 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("Remove in a missing netns: %v", err)
 	}
 	err := nftables.Apply(ctx, "/run/netns/ccr-does-not-exist", tbl)
-	if !errors.Is(err, nftables.ErrNoNetNS) || !strings.Contains(err.Error(), "ccr-does-not-exist") {
+	if !errors.Is(err, redirect.ErrNetnsGone) || !strings.Contains(err.Error(), "ccr-does-not-exist") {
 		t.Fatalf("Apply in a missing netns = %v", err)
+	}
+	// A path that is no longer a namespace (an unmounted bind mount leaves
+	// an empty file): gone as well, as for the iptables backend.
+	leftover := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(leftover, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := nftables.Remove(ctx, leftover); err != nil {
+		t.Fatalf("Remove in a leftover netns file: %v", err)
+	}
+	if ok, err := nftables.Present(ctx, leftover); err != nil || ok {
+		t.Fatalf("Present in a leftover netns file = %v, %v", ok, err)
+	}
+	if _, err := nftables.FindIptablesRules(ctx, leftover); err != nil {
+		t.Fatalf("FindIptablesRules in a leftover netns file: %v", err)
+	}
+	if err := nftables.Apply(ctx, leftover, tbl); !errors.Is(err, redirect.ErrNetnsGone) {
+		t.Fatalf("Apply in a leftover netns file = %v, want ErrNetnsGone", err)
 	}
 }
 
@@ -140,12 +160,30 @@ func TestApplyFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := nftables.Build(cases[0].config(t))
-	bad.Rules = append(bad.Rules, nftables.JumpRule(nftables.ChainNATOutput, "NO_SUCH_CHAIN"))
-	if err := nftables.Apply(ctx, ns.Path, bad); err == nil {
-		t.Fatal("Apply of a bad table succeeded")
+	jump := nftables.JumpRule(nftables.ChainNATOutput, "NO_SUCH_CHAIN")
+	bad.Rules = append(bad.Rules, jump)
+	if err := nftables.Apply(ctx, ns.Path, bad); err == nil || !strings.Contains(err.Error(), jump.Text) {
+		t.Fatalf("Apply of a bad table over an existing one: %v, want an error naming the rule %q", err, jump.Text)
 	}
 	if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {
 		t.Fatalf("table left after a failed Apply: present=%v err=%v", ok, err)
+	}
+}
+
+// TestReplaceWithAnotherTable: a repeated ADD with another configuration
+// leaves exactly the new table (no rule of the old one).
+func TestReplaceWithAnotherTable(t *testing.T) {
+	r := testnet.Reserve(t)
+	ctx := context.Background()
+	ns := r.NewNetns(t, "nf")
+	for _, c := range []tcase{cases[0], cases[1], cases[0]} {
+		tbl := nftables.Build(c.config(t))
+		if err := nftables.Apply(ctx, ns.Path, tbl); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := nftables.Check(ctx, ns.Path, tbl); err != nil {
+			t.Fatalf("after applying %s over another table: %v", c.name, err)
+		}
 	}
 }
 

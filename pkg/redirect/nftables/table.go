@@ -58,8 +58,8 @@ const (
 	ChainNATPrerouting = "CONSUL_NAT_PREROUTING"
 )
 
-// NATPriority is the priority of both base chains (dstnat).
-const NATPriority = -100
+// natPriority is the priority of both base chains (dstnat).
+const natPriority = -100
 
 // Hook makes a chain a base chain.
 type Hook struct {
@@ -67,7 +67,7 @@ type Hook struct {
 	Type string
 	// Hook is "output" or "prerouting".
 	Hook string
-	// Priority is NATPriority.
+	// Priority is natPriority.
 	Priority int32
 }
 
@@ -115,7 +115,7 @@ func (t Table) String() string {
 		b.WriteString("\tchain " + c.Name + " {\n")
 		if c.Hook != nil {
 			prio := strconv.Itoa(int(c.Hook.Priority))
-			if c.Hook.Hook == "prerouting" && c.Hook.Priority == NATPriority {
+			if c.Hook.Hook == "prerouting" && c.Hook.Priority == natPriority {
 				prio = "dstnat"
 			}
 			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %s; policy accept;\n", c.Hook.Type, c.Hook.Hook, prio)
@@ -136,12 +136,9 @@ var chainOrder = []Chain{
 	{Name: redirect.ChainOutput},
 	{Name: redirect.ChainOutputRedirect},
 	{Name: redirect.ChainDNS},
-	{Name: ChainNATOutput, Hook: &Hook{Type: "nat", Hook: "output", Priority: NATPriority}},
-	{Name: ChainNATPrerouting, Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: NATPriority}},
+	{Name: ChainNATOutput, Hook: &Hook{Type: "nat", Hook: "output", Priority: natPriority}},
+	{Name: ChainNATPrerouting, Hook: &Hook{Type: "nat", Hook: "prerouting", Priority: natPriority}},
 }
-
-// Chains lists the chains of the table in creation order.
-func Chains() []Chain { return append([]Chain(nil), chainOrder...) }
 
 // builder keeps rules per chain so the SDK's appends and head inserts can be
 // written down in its order and still give the final order.
@@ -176,7 +173,7 @@ func Build(cfg annotations.TrafficConfig) Table {
 	}
 	buildOutbound(b, cfg)
 	buildInbound(b, cfg)
-	t := Table{Chains: Chains()}
+	t := Table{Chains: append([]Chain(nil), chainOrder...)}
 	for _, c := range t.Chains {
 		t.Rules = append(t.Rules, b.chains[c.Name]...)
 	}
@@ -263,11 +260,4 @@ func (t Table) Script() string {
 		b.WriteString("add rule " + pre + " " + r.Chain + " " + r.Text + "\n")
 	}
 	return b.String()
-}
-
-// JumpRule is a rule in chain that jumps to target (used by tests to build
-// tables the kernel rejects).
-func JumpRule(chain, target string) Rule {
-	j := jump(target)
-	return Rule{Chain: chain, Text: j.text, Exprs: j.exprs}
 }

@@ -131,7 +131,7 @@ func run(o *options) error {
 				strings.Join(simnode.ManifestImages, ", "), strings.Join(nodes, "\n"))
 		}
 		fmt.Printf("kubectl v1.37.2: %s (make kubectl); a walkthrough: README.md, \"A walkthrough on the local cluster\"\n",
-			filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin", "kubectl"))
+			filepath.Join(cluster.KubeBinDir(), "kubectl"))
 		fmt.Println("\nrunning; press Ctrl-C to stop")
 		<-ctx.Done()
 		return nil

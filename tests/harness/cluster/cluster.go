@@ -162,13 +162,31 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// KubeBinDir is where `make kube-bins` and `make kubectl` put the control
+// plane and kubectl: $CCR_KUBE_BIN_DIR, else <repo>/.cache/kube/bin.
+func KubeBinDir() string {
+	if d := os.Getenv("CCR_KUBE_BIN_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
+}
+
+// Kubectl is the kubectl tests run: $CCR_KUBECTL, else KubeBinDir's.
+func Kubectl() (string, error) {
+	p := os.Getenv("CCR_KUBECTL")
+	if p == "" {
+		p = filepath.Join(KubeBinDir(), "kubectl")
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("kubectl not found at %s: build it with `make kubectl`", p)
+	}
+	return p, nil
+}
+
 // complete fills in the defaults and checks that the binaries exist.
 func (opts *Options) complete() error {
 	if opts.KubeBinDir == "" {
-		opts.KubeBinDir = os.Getenv("CCR_KUBE_BIN_DIR")
-	}
-	if opts.KubeBinDir == "" {
-		opts.KubeBinDir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
+		opts.KubeBinDir = KubeBinDir()
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		if _, err := os.Stat(filepath.Join(opts.KubeBinDir, b)); err != nil {

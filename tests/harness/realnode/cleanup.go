@@ -386,3 +386,32 @@ func tailFile(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Leftovers lists what of the node whose directory is dir is still on the
+// host: processes naming the directory (other than this one), mounts below
+// it, the directory itself, and its cgroups. Empty after a clean teardown.
+func Leftovers(dir string) []string {
+	var left []string
+	self := strconv.Itoa(os.Getpid())
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && e.Name() != self && strings.Contains(string(b), dir) {
+			left = append(left, fmt.Sprintf("process %s: %q", e.Name(), strings.ReplaceAll(string(b), "\x00", " ")))
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		if strings.Contains(l, dir) {
+			left = append(left, "mount: "+l)
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		left = append(left, "directory "+dir)
+	}
+	cgs, _ := filepath.Glob(filepath.Join(cgroupMount, "*", filepath.Base(dir)))
+	for _, cg := range cgs {
+		left = append(left, "cgroup "+cg)
+	}
+	return left
+}

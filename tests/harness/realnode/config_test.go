@@ -1,28 +1,31 @@
 package realnode
 
 import (
-	"bytes"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 )
 
-// The containerd configuration carries the settings this machine needs and
+// The containerd configuration carries the settings a test node needs and
 // keeps every path in the node's directory.
 func TestContainerdConfig(t *testing.T) {
-	n := &Node{Dir: "/tmp/ccr-realnode-x"}
+	n := &Node{Dir: t.TempDir()}
 	n.paths = newPaths(n.Dir, "/bin-dir")
-	var b bytes.Buffer
-	if err := containerdConfig.Execute(&b, map[string]string{
-		"Root": n.paths.containerdRoot, "State": n.paths.containerdState, "Sock": n.paths.containerdSock,
-		"Opt": n.paths.containerdOpt, "Pause": PauseImage, "Runc": "/bin-dir/runc",
-		"RuncRoot": n.paths.runcRoot, "CNIBin": n.paths.cniBin, "CNIConf": n.paths.cniConf,
-	}); err != nil {
+	if err := n.writeContainerdConfig(); err != nil {
 		t.Fatal(err)
 	}
-	conf := b.String()
+	b, err := os.ReadFile(n.paths.containerdConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := string(b)
 	for _, want := range []string{
 		"version = 3",
 		"restrict_oom_score_adj = true",
@@ -45,14 +48,17 @@ func TestContainerdConfig(t *testing.T) {
 }
 
 // The KubeletConfiguration is valid YAML with the taints and the settings
-// this machine needs.
+// a test node needs.
 func TestKubeletConfig(t *testing.T) {
-	var b bytes.Buffer
-	if err := kubeletConfig.Execute(&b, map[string]any{
-		"IP": "198.18.0.1", "Port": KubeletPort, "CA": "/ca.crt", "Cgroup": "ccr-realnode-x",
-		"Sock": "/x/containerd.sock", "PodLogs": "/x/pod-logs", "VolumePlugins": "/x/vp", "ResolvConf": "/x/resolv.conf",
-		"Taints": []corev1.Taint{{Key: "example.test/not-ready", Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-	}); err != nil {
+	dir := t.TempDir()
+	n := &Node{Dir: filepath.Join(dir, "ccr-realnode-x"), IP: netip.MustParseAddr("198.18.0.1"), c: &cluster.Cluster{CAFile: "/ca.crt"},
+		opts: Options{Taints: []corev1.Taint{{Key: "example.test/not-ready", Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}
+	n.paths = newPaths(dir, "/bin-dir")
+	if err := n.writeKubeletConfiguration(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(n.paths.kubeletConfig)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var cfg struct {
@@ -64,13 +70,13 @@ func TestKubeletConfig(t *testing.T) {
 		RegisterWithTaints []corev1.Taint `json:"registerWithTaints"`
 		Port               int            `json:"port"`
 	}
-	if err := yaml.Unmarshal(b.Bytes(), &cfg); err != nil {
-		t.Fatalf("%v:\n%s", err, b.String())
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("%v:\n%s", err, b)
 	}
 	if cfg.FailCgroupV1 == nil || *cfg.FailCgroupV1 || cfg.MakeIPTablesChains == nil || *cfg.MakeIPTablesChains {
 		t.Errorf("failCgroupV1 %v makeIPTablesUtilChains %v, want both false", cfg.FailCgroupV1, cfg.MakeIPTablesChains)
 	}
-	if cfg.CgroupRoot != "/ccr-realnode-x" || cfg.CgroupDriver != "cgroupfs" || cfg.Endpoint != "unix:///x/containerd.sock" || cfg.Port != KubeletPort {
+	if cfg.CgroupRoot != "/ccr-realnode-x" || cfg.CgroupDriver != "cgroupfs" || cfg.Endpoint != "unix://"+n.paths.containerdSock || cfg.Port != KubeletPort {
 		t.Errorf("config %+v", cfg)
 	}
 	if len(cfg.RegisterWithTaints) != 1 || cfg.RegisterWithTaints[0].Key != "example.test/not-ready" || cfg.RegisterWithTaints[0].Effect != corev1.TaintEffectNoSchedule {

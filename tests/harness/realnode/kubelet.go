@@ -21,8 +21,8 @@ import (
 // network namespace).
 const KubeletPort = 10250
 
-// kubeletConfig is the KubeletConfiguration of a node. The settings this
-// machine needs: failCgroupV1 false (hybrid cgroup v1), cgroupfs, no swap
+// kubeletConfig is the KubeletConfiguration of a node. The settings a test
+// node needs: failCgroupV1 false (hosts with hybrid cgroup v1), cgroupfs, no swap
 // check, no iptables utility chains (the host's tables are shared), image
 // GC at 100 % (local images are never pulled again), a relaxed evictionHard;
 // its API on the node IP, no read-only or healthz port.
@@ -106,11 +106,8 @@ func (n *Node) startKubelet() error {
 	return nil
 }
 
-func (n *Node) writeKubeletConfig() error {
-	// Pods get no name servers: nothing resolves names here.
-	if err := os.WriteFile(n.paths.resolvCfg, nil, 0o644); err != nil {
-		return err
-	}
+// writeKubeletConfiguration writes the node's KubeletConfiguration.
+func (n *Node) writeKubeletConfiguration() error {
 	var b bytes.Buffer
 	if err := kubeletConfig.Execute(&b, map[string]any{
 		"IP": n.IP.String(), "Port": KubeletPort, "CA": n.c.CAFile, "Cgroup": n.cgroupName(),
@@ -119,7 +116,15 @@ func (n *Node) writeKubeletConfig() error {
 	}); err != nil {
 		return err
 	}
-	if err := os.WriteFile(n.paths.kubeletConfig, b.Bytes(), 0o644); err != nil {
+	return os.WriteFile(n.paths.kubeletConfig, b.Bytes(), 0o644)
+}
+
+func (n *Node) writeKubeletConfig() error {
+	// Pods get no name servers: nothing resolves names here.
+	if err := os.WriteFile(n.paths.resolvCfg, nil, 0o644); err != nil {
+		return err
+	}
+	if err := n.writeKubeletConfiguration(); err != nil {
 		return err
 	}
 	// Kubelet acts as the admin: the control plane authorizes with RBAC

@@ -436,6 +436,9 @@ func (n *Node) Stop() {
 			killNode(n.Dir, true)
 			removeNetwork(n.Dir)
 			cleanNodeDir(n.Dir)
+			if left := Leftovers(n.Dir); len(left) > 0 {
+				n.opts.Logf("realnode %s: the teardown left (the next Start sweeps it):\n%s", n.Name, strings.Join(left, "\n"))
+			}
 		}
 		if n.c != nil && n.Name != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -23,7 +23,6 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -189,24 +188,8 @@ func internalIP(node *corev1.Node) string {
 // sockets, and container log links into its directory.
 func assertGone(t *testing.T, dir, netns string, podIP netip.Addr, shimSockets []string) {
 	t.Helper()
-	cgroup := filepath.Base(dir)
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), dir) && e.Name() != fmt.Sprint(os.Getpid()) {
-			t.Errorf("process %s left: %q", e.Name(), strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mi), dir) {
-		t.Errorf("mounts left below %s:\n%s", dir, grepLines(string(mi), dir))
-	}
-	if _, err := os.Stat(dir); err == nil {
-		t.Errorf("node directory %s left", dir)
-	}
-	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroup)
-	if len(cgs) > 0 {
-		t.Errorf("cgroups left: %v", cgs)
+	for _, l := range realnode.Leftovers(dir) {
+		t.Errorf("left: %s", l)
 	}
 	if _, err := os.Stat(netns); err == nil {
 		t.Errorf("network namespace %s left", netns)
@@ -226,16 +209,6 @@ func assertGone(t *testing.T, dir, netns string, podIP netip.Addr, shimSockets [
 			t.Errorf("container log link left: %s -> %s", l.Name(), target)
 		}
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // Restart is a reboot: the pod's sandbox is lost and kubelet makes a new
@@ -301,8 +274,8 @@ func narrowRange(t *testing.T, conf []byte, first, last netip.Addr) []byte {
 	return b
 }
 
-// The figures of the issue's targets (logged, not asserted: the machine is
-// shared): node Ready after kubelet starts, and the memory of kubelet,
+// The node's figures (logged, not asserted: speed and memory are for
+// benchmarks): node Ready after kubelet starts, and the memory of kubelet,
 // containerd and the shims with 10 pods.
 func TestNodeFigures(t *testing.T) {
 	c := cluster.Shared(t)
@@ -453,13 +426,9 @@ func TestPodReachesExternal(t *testing.T) {
 // kubectlPath is kubectl of the control plane's binaries (make kube-bins).
 func kubectlPath(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("CCR_KUBE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin")
-	}
-	p := filepath.Join(dir, "kubectl")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("kubectl not found in %s: build it with `make kubectl`", dir)
+	p, err := cluster.Kubectl()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }

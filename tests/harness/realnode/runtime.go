@@ -67,9 +67,10 @@ func (p paths) dirs() []string {
 const PauseImage = "ccr.test/pause:v1"
 
 // containerdConfig is containerd's configuration (version 3). The settings
-// this machine needs: restrict_oom_score_adj (no CAP_SYS_RESOURCE),
-// disable_apparmor, the netns under the node's state dir, the snapshotters
-// that cannot work here and NRI disabled, the sandbox image pinned to the
+// a test node needs: restrict_oom_score_adj (the tests may run without
+// CAP_SYS_RESOURCE), disable_apparmor, the netns under the node's state
+// dir, the snapshotters that need more than a plain directory and NRI
+// disabled, the sandbox image pinned to the
 // imported pause image; every path in the node's directory.
 var containerdConfig = template.Must(template.New("containerd").Parse(`version = 3
 root = "{{.Root}}"

@@ -154,7 +154,9 @@ func (r *runner) controllerDeployment(ctx context.Context, args []string) error 
 		}
 		r.onCleanup(func() {
 			r.logf("repair controller log:%s", r.containerLogs(d.Namespace, c.Name, 40))
-			r.deleteWorkload(d.Namespace, d.Name, false)
+			if err := r.deleteWorkload(d.Namespace, d.Name, false); err != nil {
+				r.logf("cleanup: %v", err)
+			}
 		})
 		r.logf("repair controller Deployment %s/%s: %s", d.Namespace, d.Name, strings.Join(c.Args, " "))
 	}
@@ -191,18 +193,24 @@ func flagValue(args []string, flag string) string {
 // deleteWorkload deletes the run's DaemonSet (daemonSet) or Deployment
 // and waits until its pods on the node are gone, so that the node can
 // finalize them before it stops.
-func (r *runner) deleteWorkload(ns, name string, daemonSet bool) {
+func (r *runner) deleteWorkload(ns, name string, daemonSet bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	kind := "Deployment"
 	del := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}
 	get := func() error { _, err := r.cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); return err }
+	var err error
 	if daemonSet {
-		_ = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, del)
+		kind = "DaemonSet"
+		err = r.cs.AppsV1().DaemonSets(ns).Delete(ctx, name, del)
 		get = func() error { _, err := r.cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{}); return err }
 	} else {
-		_ = r.cs.AppsV1().Deployments(ns).Delete(ctx, name, del)
+		err = r.cs.AppsV1().Deployments(ns).Delete(ctx, name, del)
 	}
-	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s/%s: %w", kind, ns, name, err)
+	}
+	if err := poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		l, err := r.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + r.node.Name()})
 		if err != nil {
 			return false, nil
@@ -213,10 +221,15 @@ func (r *runner) deleteWorkload(ns, name string, daemonSet bool) {
 			}
 		}
 		return true, nil
-	})
-	_ = poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
+	}); err != nil {
+		return fmt.Errorf("waiting for the pods of %s %s/%s to go: %w", kind, ns, name, err)
+	}
+	if err := poll.Until(ctx, time.Minute, waitInterval, func() (bool, error) {
 		return apierrors.IsNotFound(get()), nil
-	})
+	}); err != nil {
+		return fmt.Errorf("waiting for %s %s/%s to go: %w", kind, ns, name, err)
+	}
+	return nil
 }
 
 // isOwnedBy reports whether the pod belongs to the DaemonSet name, or

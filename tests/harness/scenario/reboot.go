@@ -42,11 +42,18 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.RecreatedActions = r.actionsFor("sandbox_recreated")
-	res.Controller = &ControllerView{
-		BrokenPods:       int(r.metricSum(repair.MetricBrokenPods)),
-		BreakerOpenNodes: int(r.metricSum(repair.MetricBreakerOpenNodes)),
+	if res.RecreatedActions, err = r.actionsFor(repair.ReasonSandboxRecreated); err != nil {
+		return nil, err
 	}
+	broken, err := r.metricSum(repair.MetricBrokenPods)
+	if err != nil {
+		return nil, err
+	}
+	open, err := r.metricSum(repair.MetricBreakerOpenNodes)
+	if err != nil {
+		return nil, err
+	}
+	res.Controller = &ControllerView{BrokenPods: int(broken), BreakerOpenNodes: int(open)}
 	return res, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
@@ -42,7 +43,9 @@ func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.RecreatedActions = r.actionsFor("sandbox_recreated")
+	if res.RecreatedActions, err = r.actionsFor(repair.ReasonSandboxRecreated); err != nil {
+		return nil, err
+	}
 	for i := range res.PodResults {
 		if res.PodResults[i].UID == string(victim) {
 			res.Recreated = &res.PodResults[i]
@@ -62,7 +65,9 @@ func (r *runner) loseOneSandbox(ctx context.Context) (types.UID, error) {
 	sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
 	victim := live[0]
 	r.setPhase("the installer is gone and consul-cni out of the chain")
-	r.deleteWorkload(r.dsNamespace, r.dsName, true)
+	if err := r.deleteWorkload(r.dsNamespace, r.dsName, true); err != nil {
+		return "", err
+	}
 	if err := r.unchain(); err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/plugin"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
@@ -622,7 +624,11 @@ func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) erro
 			}
 			r.ds = true
 			r.dsNamespace, r.dsName = ds.Namespace, ds.Name
-			r.onCleanup(func() { r.deleteWorkload(ds.Namespace, ds.Name, true) })
+			r.onCleanup(func() {
+				if err := r.deleteWorkload(ds.Namespace, ds.Name, true); err != nil {
+					r.logf("cleanup: %v", err)
+				}
+			})
 		}
 	}
 	return apply(ctx, r.cs, objs)
@@ -685,7 +691,7 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 		Type: cniconf.PluginType,
 		Settings: cniconf.Settings{LogLevel: "info", Kubeconfig: cniconf.KubeconfigFileName,
 			CNIBinDir: r.node.BinDir(), CNINetDir: r.node.ConfDir()},
-		StateDir: filepath.Join(r.node.Root(), "var", "run", "consul-cni"),
+		StateDir: filepath.Join(r.node.Root(), plugin.DefaultStateDir),
 	})
 	out, _ := json.MarshalIndent(conf, "", "  ")
 	return writeFileAtomic(file, out)
@@ -769,35 +775,44 @@ func tail(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// actions reads the controller's successful repairs from its metrics.
-func (r *runner) actions() int { return r.actionsFor("") }
+// actions reads the controller's successful repairs from its metrics, for
+// progress and the result's count (0 while they cannot be read; the checks
+// that depend on it read them with actionsFor).
+func (r *runner) actions() int {
+	n, _ := r.actionsFor("")
+	return n
+}
 
 // actionsFor reads the controller's successful repairs with reason (any
 // reason when empty) from its metrics.
-func (r *runner) actionsFor(reason string) int {
-	match := []string{repair.LabelResult + `="` + repair.ResultSuccess + `"`, `dry_run="false"`}
+func (r *runner) actionsFor(reason repair.Reason) (int, error) {
+	match := []string{repair.LabelResult + `="` + repair.ResultSuccess + `"`, repair.LabelDryRun + `="false"`}
 	if reason != "" {
-		match = append(match, repair.LabelReason+`="`+reason+`"`)
+		match = append(match, repair.LabelReason+`="`+string(reason)+`"`)
 	}
-	return int(r.metricSum(repair.MetricPodsRepaired, match...))
+	n, err := r.metricSum(repair.MetricPodsRepaired, match...)
+	return int(n), err
 }
 
 // metricSum adds up the controller's samples of metric whose line holds
-// every one of match (0 when it cannot be read).
-func (r *runner) metricSum(metric string, match ...string) float64 {
+// every one of match (0 without a controller).
+func (r *runner) metricSum(metric string, match ...string) (float64, error) {
 	if r.metricsURL == nil {
-		return 0
+		return 0, nil
 	}
 	url := r.metricsURL(context.Background())
 	if url == "" {
-		return 0
+		return 0, errors.New("reading the controller's metrics: no address (is its pod running?)")
 	}
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("reading the controller's metrics: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("reading the controller's metrics at %s: %s", url, resp.Status)
+	}
 	total := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -818,7 +833,10 @@ next:
 			}
 		}
 	}
-	return total
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading the controller's metrics at %s: %w", url, err)
+	}
+	return total, nil
 }
 
 // tick reads the probers' output and the pods, and reports progress.

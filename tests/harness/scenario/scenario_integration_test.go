@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
 )
@@ -140,7 +141,7 @@ func testPrevention(t *testing.T, byPolicy bool) {
 		}
 		for _, p := range l.Items {
 			for _, s := range p.Status.InitContainerStatuses {
-				if s.Name != "consul-cni-check" {
+				if s.Name != annotations.CheckContainerName {
 					continue
 				}
 				if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 || s.RestartCount != 0 {
@@ -250,6 +251,9 @@ func TestNodeReboot(t *testing.T) {
 	}
 	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d still at the end; %d sandbox_recreated repairs; controller: %d broken pods, breaker open on %d nodes",
 		res.Node, res.EverBypassed, pods, res.BypassingAtEnd, res.RecreatedActions, cv.BrokenPods, cv.BreakerOpenNodes)
+	if res.EverBypassed == 0 {
+		t.Fatal("no pod came back outside the mesh after the reboot: the run proves nothing about the repair")
+	}
 	if cv.BreakerOpenNodes != 0 {
 		t.Errorf("breaker open on %d nodes: the pods the reboot recreated were counted as broken after readiness", cv.BreakerOpenNodes)
 	}
@@ -277,6 +281,9 @@ func TestNodeRebootControllerOutside(t *testing.T) {
 	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second,
 		Timeout: 90 * time.Second, ControllerOutside: true})
 	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d sandbox_recreated repairs", res.Node, res.EverBypassed, pods, res.RecreatedActions)
+	if res.EverBypassed == 0 {
+		t.Fatal("no pod came back outside the mesh after the reboot: the run proves nothing about the repair")
+	}
 	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
 		t.Fatalf("bypassing at end %d, all meshed %v: a pod stayed outside the mesh after the reboot", res.BypassingAtEnd, res.SecondsToAllMeshed)
 	}

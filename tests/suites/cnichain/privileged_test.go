@@ -361,23 +361,31 @@ func TestTrafficSingleStack(t *testing.T) {
 				{-1, "tcp", hostPort(ip, 20200), "app-20200"}, // excluded inbound port
 			})
 
-			if !tc.consul {
-				if got := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4); strings.Contains(got, "CONSUL") {
-					t.Fatalf("rules without the plugin:\n%s", got)
-				}
-				return
-			}
-			if tc.backend == backendNftables {
-				assertNftables(t, pod, cfg, false)
-				return
-			}
-			b := backendFor(t, tc.backend)
-			want := sdkTable(t, r, b, cfg, false)
-			got := [2]string{saveNat(t, pod, b, redirect.IPv4), saveNat(t, pod, b, redirect.IPv6)}
-			if got != want {
-				t.Errorf("pod nat tables differ from what the SDK gives\n--- pod\n%s%s--- sdk\n%s%s", got[0], got[1], want[0], want[1])
-			}
+			assertSingleStackTables(t, r, pod, tc.backend, cfg, tc.consul)
 		})
+	}
+}
+
+// assertSingleStackTables checks the pod's tables: none of ours without
+// the plugin, else the nftables table or, for iptables, the nat tables the
+// SDK gives for cfg.
+func assertSingleStackTables(t *testing.T, r *testnet.Range, pod *testnet.Netns, backend, cfg string, consul bool) {
+	t.Helper()
+	if !consul {
+		if got := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4); strings.Contains(got, "CONSUL") {
+			t.Fatalf("rules without the plugin:\n%s", got)
+		}
+		return
+	}
+	if backend == backendNftables {
+		assertNftables(t, pod, cfg, false)
+		return
+	}
+	b := backendFor(t, backend)
+	want := sdkTable(t, r, b, cfg, false)
+	got := [2]string{saveNat(t, pod, b, redirect.IPv4), saveNat(t, pod, b, redirect.IPv6)}
+	if got != want {
+		t.Errorf("pod nat tables differ from what the SDK gives\n--- pod\n%s%s--- sdk\n%s%s", got[0], got[1], want[0], want[1])
 	}
 }
 
@@ -459,15 +467,7 @@ func TestTrafficDualStack(t *testing.T) {
 	// each with both families, and nftables with its one inet table.
 	for _, backend := range []string{"auto", "legacy", backendNftables} {
 		t.Run(backend, func(t *testing.T) {
-			stub := &apiStub{pods: map[string]map[string]any{"default/web": {
-				"kind": "Pod", "apiVersion": "v1",
-				"metadata": map[string]any{"name": "web", "namespace": "default", "uid": "u-web", "annotations": map[string]any{
-					annotations.KeyInjectStatus:           "injected",
-					annotations.KeyTransparentProxyStatus: "enabled",
-					annotations.KeyDualStack:              "true",
-					annotations.KeyRedirectTrafficConfig:  cfg,
-				}},
-			}}}
+			stub := dualStackPod(cfg)
 			srv := httptest.NewServer(stub)
 			t.Cleanup(srv.Close)
 			entry := entryFor(t, backend)
@@ -487,18 +487,7 @@ func TestTrafficDualStack(t *testing.T) {
 				t.Fatalf("status writes %q", got)
 			}
 			ip4, ip6 := podIP(t, res, false), podIP(t, res, true)
-			// The rules are in the tables of the backend asked for.
-			if backend == backendNftables {
-				assertNftables(t, pod, cfg, true)
-			}
-			for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
-				if backend == backendNftables {
-					break
-				}
-				if tbl := saveNat(t, pod, backendFor(t, backend), fam); !strings.Contains(tbl, "-A CONSUL_PROXY_OUTPUT") {
-					t.Fatalf("backend %s, %s: no rules of ours in its nat table:\n%s", backend, fam, tbl)
-				}
-			}
+			assertDualStackRulesIn(t, pod, backend, cfg)
 
 			listen(t, pod, "tcp", ":15001", "outbound-listener")
 			listen(t, pod, "tcp", ":20000", "inbound-listener")
@@ -524,6 +513,35 @@ func TestTrafficDualStack(t *testing.T) {
 				{-1, "tcp", hostPort(ip4, 20200), "app-20200"},
 			})
 		})
+	}
+}
+
+// dualStackPod is an API stub holding the injected dual-stack pod
+// default/web with the redirect configuration cfg.
+func dualStackPod(cfg string) *apiStub {
+	return &apiStub{pods: map[string]map[string]any{"default/web": {
+		"kind": "Pod", "apiVersion": "v1",
+		"metadata": map[string]any{"name": "web", "namespace": "default", "uid": "u-web", "annotations": map[string]any{
+			annotations.KeyInjectStatus:           "injected",
+			annotations.KeyTransparentProxyStatus: "enabled",
+			annotations.KeyDualStack:              "true",
+			annotations.KeyRedirectTrafficConfig:  cfg,
+		}},
+	}}}
+}
+
+// assertDualStackRulesIn checks that the rules are in the tables of the
+// backend asked for: the inet table, or both families' nat tables.
+func assertDualStackRulesIn(t *testing.T, pod *testnet.Netns, backend, cfg string) {
+	t.Helper()
+	if backend == backendNftables {
+		assertNftables(t, pod, cfg, true)
+		return
+	}
+	for _, fam := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		if tbl := saveNat(t, pod, backendFor(t, backend), fam); !strings.Contains(tbl, "-A CONSUL_PROXY_OUTPUT") {
+			t.Fatalf("backend %s, %s: no rules of ours in its nat table:\n%s", backend, fam, tbl)
+		}
 	}
 }
 

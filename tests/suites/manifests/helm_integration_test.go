@@ -143,14 +143,14 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	// DaemonSet (maxSurge 1) starts the v0.2.0 installer beside the v0.1.0
 	// one and deletes the old one once the new one is Ready; the sampler
 	// watches the node label, the taint and both installers every 100 ms
-	// through it, and 3 s more with the new one alone.
+	// through it, and 30 samples more with the new one alone.
 	pkgDir := t.TempDir()
 	helm.run(t, "package", chartDir(t), "--version", "0.2.0", "--app-version", "v0.2.0", "-d", pkgDir)
 	start = time.Now()
 	sampler := sampleOverlap(c, ns, node, versions)
 	helm.run(t, "upgrade", "ccr", filepath.Join(pkgDir, "consul-cni-repair-0.2.0.tgz"), "-n", ns, "-f", profile, "--wait", "--timeout", "8m")
 	holder = waitRollout(t, c, ns, node.Name(), "v0.2.0", holder)
-	time.Sleep(3 * time.Second)
+	sampler.more(t, 30)
 	sampler.finish(t)
 	t.Logf("helm upgrade to v0.2.0 -> both workloads rolled, controller leading (%s): %v", holder, time.Since(start).Round(100*time.Millisecond))
 	checkRelease(t, helm.list(t, ns), "2", "consul-cni-repair-0.2.0", "v0.2.0")

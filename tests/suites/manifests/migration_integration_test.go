@@ -47,11 +47,7 @@ const migrationTrials = 10
 // installer starts again, and the controller replaces that pod with one
 // whose sandbox has the plugin (status complete).
 func TestMigrationFromConsulK8sOnSimulatedNode(t *testing.T) {
-	for _, cmd := range []string{"repair", "consul-cni-installer", "consul-cni"} {
-		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", cmd)); err != nil {
-			t.Skipf("cmd/%s is not in this tree", cmd)
-		}
-	}
+	requireProjectCommands(t)
 	c := cluster.Shared(t)
 	a := newApplier(t, c)
 	ctx := context.Background()

@@ -111,7 +111,7 @@ func waitRealNodesReady(t *testing.T, c *cluster.Cluster, ns string, nodes []*re
 		}
 	}
 	poll.Eventually(t, 4*time.Minute, "controller replicas Ready", func() error {
-		return readyCount(ctx, c, ns, "app.kubernetes.io/name="+controllerName, 2)
+		return podsReady(ctx, c, ns, "app.kubernetes.io/name="+controllerName, "", 2)
 	})
 	for _, n := range nodes {
 		poll.Eventually(t, 2*time.Minute, "node "+n.Name+" labelled cni=ready without its startup taint", func() error {
@@ -195,29 +195,6 @@ func lastPlugin(t *testing.T, n *realnode.Node) string {
 		t.Fatalf("node %s conflist %s: %v", n.Name, b, err)
 	}
 	return list.Plugins[len(list.Plugins)-1].Type
-}
-
-// readyCount checks that want pods of the selector in ns are Ready, on
-// any node.
-func readyCount(ctx context.Context, c *cluster.Cluster, ns, selector string, want int) error {
-	l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return err
-	}
-	ready := 0
-	var states []string
-	for _, p := range l.Items {
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
-				ready++
-			}
-		}
-		states = append(states, fmt.Sprintf("%s on %q: %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses))
-	}
-	if ready != want {
-		return fmt.Errorf("%d of %d Ready: %s", ready, want, strings.Join(states, "; "))
-	}
-	return nil
 }
 
 // injectedPodComplete makes an injected pod that requires the readiness

@@ -162,7 +162,8 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 		len(applied), node.Name(), filepath.Base(conflist), *lease.Spec.HolderIdentity)
 }
 
-// podsReady checks that want pods of the selector run on node and are Ready.
+// podsReady checks that want pods of the selector run on node (any node
+// when empty) and are Ready.
 func podsReady(ctx context.Context, c *cluster.Cluster, ns, selector, node string, want int) error {
 	l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -171,13 +172,8 @@ func podsReady(ctx context.Context, c *cluster.Cluster, ns, selector, node strin
 	var states []string
 	ready := 0
 	for _, p := range l.Items {
-		ok := p.Spec.NodeName == node && p.DeletionTimestamp == nil
-		isReady := false
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				isReady = true
-			}
-		}
+		ok := (node == "" || p.Spec.NodeName == node) && p.DeletionTimestamp == nil
+		isReady := podIsReady(&p)
 		if ok && isReady {
 			ready++
 		}

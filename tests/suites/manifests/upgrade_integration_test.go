@@ -23,6 +23,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 )
@@ -40,11 +42,16 @@ func versionedInstallers(t *testing.T, versions ...string) []versionedInstaller 
 	var out []versionedInstaller
 	for _, v := range versions {
 		// Reachable by every user: pods of the chart may run as non-root.
+		// A killed run's directories go at the next run.
+		proc.RemoveStale(filepath.Join(os.TempDir(), "ccr-installer-"+v+"-*"))
 		dir, err := os.MkdirTemp("", "ccr-installer-"+v+"-")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := proc.MarkOwned(dir); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -189,6 +196,19 @@ func (s *overlapSampler) sample(c *cluster.Cluster, ns string, node *simnode.Nod
 		}
 		counts[v] = r
 	}
+}
+
+// more waits until the sampler has taken n more samples.
+func (s *overlapSampler) more(t *testing.T, n int) {
+	t.Helper()
+	s.mu.Lock()
+	want := s.samples + n
+	s.mu.Unlock()
+	poll.Eventually(t, time.Minute, fmt.Sprintf("%d more samples of the node and the installers", n), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.samples >= want
+	})
 }
 
 // versionWasReady tells whether a pod of version v was seen Ready.

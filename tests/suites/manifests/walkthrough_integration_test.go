@@ -27,24 +27,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// walkthroughKubectl is the kubectl the walkthrough runs: $CCR_KUBECTL, else
-// the one `make kubectl` builds into the kube bin directory.
+// walkthroughKubectl is the kubectl the walkthrough runs: $CCR_KUBECTL,
+// else the one `make kubectl` builds into the kube bin directory.
 func walkthroughKubectl(t *testing.T) string {
-	candidates := []string{os.Getenv("CCR_KUBECTL")}
-	if d := os.Getenv("CCR_KUBE_BIN_DIR"); d != "" {
-		candidates = append(candidates, filepath.Join(d, "kubectl"))
+	p, err := cluster.Kubectl()
+	if err != nil {
+		t.Fatal(err)
 	}
-	candidates = append(candidates, filepath.Join(testbin.RepoRoot(), ".cache", "kube", "bin", "kubectl"))
-	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
-		if _, err := os.Stat(c); err == nil {
-			return c
-		}
-	}
-	t.Fatalf("kubectl not found (%s): build it with `make kubectl`", strings.Join(candidates[1:], ", "))
-	return ""
+	return p
 }
 
 // TestREADMELocalWalkthrough runs the README's local walkthrough as written,
