@@ -33,11 +33,11 @@ func NewBreaker(threshold float64, minPods int) *Breaker { return newBreaker(thr
 
 // CountedByBreaker reports whether a node's breaker counts pod, given when
 // the node's CNI became ready: a pod a signal can judge, not finished, whose
-// sandbox was created at or after since (to the second).
+// sandbox was certainly made after since (dated at least SandboxSlack after
+// it, see dateSandbox).
 func (d Detector) CountedByBreaker(pod *corev1.Pod, since time.Time) bool {
 	if ok, _ := examinable(pod); !ok || d.Finished(pod) {
 		return false
 	}
-	predates, ok := sandboxPredates(pod, since)
-	return ok && !predates
+	return dateSandbox(pod, since, d.SandboxSlack) == sandboxAfterReady
 }

@@ -90,17 +90,45 @@ func (b *Breaker) Forget(node string) (wasOpen bool) {
 	return wasOpen
 }
 
-// sandboxPredates dates pod's latest sandbox against since, the moment its
-// node's CNI became ready: predates is true when the sandbox was created
-// before it (the race), false when at or after it (a sandbox the ready CNI
-// should have set up). ok is false when the pod has no datable sandbox. API
-// times have second precision, so since is truncated to the second. The
-// breaker counts the pods that do not predate; the rate limiter's race lane
-// takes those that do.
-func sandboxPredates(pod *corev1.Pod, since time.Time) (predates, ok bool) {
+// sandboxDating places a pod's latest sandbox against its node's CNI
+// readiness.
+type sandboxDating int
+
+const (
+	// sandboxUndated: the pod has no datable sandbox.
+	sandboxUndated sandboxDating = iota
+	// sandboxBeforeReady: made before the CNI was ready (the race). The
+	// rate limiter's race lane takes these.
+	sandboxBeforeReady
+	// sandboxNearReady: dated less than the sandbox slack after the CNI
+	// was ready, so it may have been made before: neither lane's race
+	// nor counted by the breaker.
+	sandboxNearReady
+	// sandboxAfterReady: made after the CNI was ready even if the kubelet
+	// dated it a whole slack late. The breaker counts these.
+	sandboxAfterReady
+)
+
+// dateSandbox dates pod's latest sandbox against since, the moment its
+// node's CNI became ready. API times have second precision, so since is
+// truncated to the second. The kubelet dates a sandbox (sandboxTime) only
+// in the sync after the one that made it, which also starts the first init
+// container, so the date can be later than the sandbox by as much as
+// signal C's slack allows for (Detector.SandboxSlack). A sandbox dated
+// within slack after since may thus have been made before it: after a node
+// reboot every sandbox is made again while the installer is starting, and
+// the ones made before it chained consul-cni are dated just after its
+// readiness. Counting those would open the breaker on the race itself.
+func dateSandbox(pod *corev1.Pod, since time.Time, slack time.Duration) sandboxDating {
 	t, ok := sandboxTime(pod)
-	if !ok {
-		return false, false
+	switch {
+	case !ok:
+		return sandboxUndated
+	case t.Before(since.Truncate(time.Second)):
+		return sandboxBeforeReady
+	case t.Before(since.Truncate(time.Second).Add(slack)):
+		return sandboxNearReady
+	default:
+		return sandboxAfterReady
 	}
-	return t.Before(since.Truncate(time.Second)), true
 }

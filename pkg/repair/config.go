@@ -71,7 +71,8 @@ type Config struct {
 	Gate          GateMode
 	AllowBarePods bool
 	MinPodAge     time.Duration
-	// SandboxSlack is signal C's tolerance (see Detector.SandboxSlack).
+	// SandboxSlack is signal C's tolerance (see Detector.SandboxSlack),
+	// and the breaker's for the same lateness (see dateSandbox).
 	SandboxSlack       time.Duration
 	InitContainerNames []string
 	InitExitCode       int32

@@ -425,6 +425,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		return true
 	}
 	broken, total := 0, 0
+	var earliest time.Time // of the counted sandboxes, for the log
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
 		if !ok || !c.detector.CountedByBreaker(p, since) {
@@ -434,6 +435,9 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		if c.detector.Detect(p, now).Broken {
 			broken++
 		}
+		if t, _ := sandboxTime(p); earliest.IsZero() || t.Before(earliest) {
+			earliest = t
+		}
 	}
 	open, changed := c.breaker.Update(node, broken, total)
 	if changed {
@@ -441,7 +445,8 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		if n, err := c.nodes.Get(node); err == nil {
 			ref = n
 		}
-		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total)
+		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total,
+			"cniReadySince", since.UTC().Format(time.RFC3339), "earliestCountedSandbox", earliest.UTC().Format(time.RFC3339))
 		if open {
 			logger.Info("Circuit breaker open: pods whose sandbox was created after the CNI became ready bypass it too; not repairing on this node")
 			c.recorder.Eventf(ref, corev1.EventTypeWarning, EventRepairCircuitOpen,

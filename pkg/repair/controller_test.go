@@ -596,7 +596,7 @@ func TestControllerBreaker(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	h.addNode(node)
-	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute)) // CNI ready since t0-1m
+	s, _ := slimCNIPod(cniPod("n1", true, -4*time.Minute)) // CNI ready since t0-4m
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +618,8 @@ func TestControllerBreaker(t *testing.T) {
 	if n := len(h.mutations()); n != 4 {
 		t.Fatalf("race pods: %d actions, want 4", n)
 	}
-	// Misconfiguration: pods created after readiness break too.
+	// Misconfiguration: pods created after readiness (more than the
+	// sandbox slack after it) break too.
 	keys = nil
 	for i := 0; i < 3; i++ {
 		keys = append(keys, h.addPod(brokenAt(-30*time.Second)))
@@ -671,7 +672,7 @@ func TestControllerBreaker(t *testing.T) {
 func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(cniPod("n1", true, -10*time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -832,7 +833,7 @@ func TestConfigValidate(t *testing.T) {
 func TestBreakerCountsLatestSandboxes(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(cniPod("n1", true, -4*time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -1013,12 +1014,15 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 // since the annotation: the gate dates readiness by the CNI pod (its Ready
 // transition, or a container start the kubelet never reported as not
 // Ready), so those pods are the race, the breaker stays closed and every one
-// is repaired. Pods whose sandbox was made after the CNI was back and that
-// still bypass it open the breaker as before.
+// is repaired. So are pods the kubelet dated just after the CNI was back
+// (within the sandbox slack): their sandboxes were made while the installer
+// was starting, and only reported later. Pods whose sandbox was dated a
+// whole slack after the CNI was back and that still bypass it open the
+// breaker as before.
 func TestBreakerAfterUnseenReboot(t *testing.T) {
 	const pods = 10
 	oldSince := annotations.FormatTime(t0.Add(-time.Hour))
-	back := -30 * time.Second // the CNI pod is back (Ready, or its container started)
+	back := -5 * time.Minute // the CNI pod is back (Ready, or its container started)
 	cases := []struct {
 		name     string
 		gate     GateMode
@@ -1027,10 +1031,12 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 		repaired int
 		open     float64
 	}{
-		{"node-label, Ready transition", GateNodeLabel, readyAt(back), -40 * time.Second, pods, 0},
-		{"node-label, container start", GateNodeLabel, runningSince(back), -40 * time.Second, pods, 0},
-		{"cni-pod, container start", GateCNIPod, runningSince(back), -40 * time.Second, pods, 0},
-		{"node-label, sandboxes after the CNI was back", GateNodeLabel, readyAt(back), -10 * time.Second, 0, 1},
+		{"node-label, Ready transition", GateNodeLabel, readyAt(back), back - 10*time.Second, pods, 0},
+		{"node-label, container start", GateNodeLabel, runningSince(back), back - 10*time.Second, pods, 0},
+		{"cni-pod, container start", GateCNIPod, runningSince(back), back - 10*time.Second, pods, 0},
+		{"node-label, sandboxes dated just after the CNI was back", GateNodeLabel, readyAt(back), back + 3*time.Second, pods, 0},
+		{"cni-pod, sandboxes dated within the slack after the CNI was back", GateCNIPod, runningSince(back), back + defaultSandboxSlack - time.Second, pods, 0},
+		{"node-label, sandboxes a slack after the CNI was back", GateNodeLabel, readyAt(back), back + defaultSandboxSlack, 0, 1},
 		{"cni-pod, sandboxes after the CNI was back", GateCNIPod, runningSince(back), -10 * time.Second, 0, 1},
 	}
 	for _, tc := range cases {

@@ -171,13 +171,16 @@ func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 		since = n.Annotations[annotations.AnnotationCNIReadySince]
 		return err == nil && n.Labels[annotations.LabelCNIReady] == annotations.LabelCNIReadyValue && since != "", err
 	})
-	if _, err := annotations.ParseTime(annotations.AnnotationCNIReadySince, since); err != nil {
+	sinceT, err := annotations.ParseTime(annotations.AnnotationCNIReadySince, since)
+	if err != nil {
 		t.Fatal(err)
 	}
 	first.stop(t)
 
-	// Pods created and broken after the CNI became ready: a misconfigured
-	// node, not the race.
+	// Pods created and broken after the CNI became ready, dated more than
+	// the sandbox slack after it: a misconfigured node, not the race.
+	const slack = time.Second
+	time.Sleep(time.Until(sinceT.Add(slack)))
 	pods := replicaSet(t, c, ns, "misconfigured", node, 3)
 	var broken []*corev1.Pod
 	for i := range pods {
@@ -187,6 +190,7 @@ func TestIntegrationBreakerBaselineSurvivesRestart(t *testing.T) {
 		m.NodeReadiness = true
 		m.Identity = "second"
 		m.BreakerMinPods = 3
+		m.SandboxSlack = slack
 	})
 	poll.Eventually(t, waitTimeout, "breaker open after the restart", func() (bool, error) {
 		return len(nodeEvents(t, c.Client, node, repair.EventRepairCircuitOpen)) == 1, nil

@@ -285,10 +285,13 @@ func slimDefault(obj interface{}) (interface{}, error) {
 // sandbox_recreated pod created long before the CNI became ready but whose
 // sandbox was made after that tests the ready CNI like a new pod and counts;
 // one whose sandbox was recreated before (a node reboot, the CNI not yet
-// chained again) is of the race and does not.
+// chained again) is of the race and does not, nor does one dated less than
+// the sandbox slack after readiness (the kubelet dates a sandbox late, so it
+// may have been made before).
 func TestCountedByBreakerSandboxRecreated(t *testing.T) {
 	d := Detector{InitContainerNames: defaultInitContainerNames, InitExitCode: 88, MinPodAge: 30 * time.Second, SandboxSlack: defaultSandboxSlack}
-	since := t0.Add(-30 * time.Second) // the CNI became ready
+	ready := -5 * time.Minute
+	since := t0.Add(ready) // the CNI became ready
 	recreated := func(opts ...podOpt) *corev1.Pod {
 		return mkPod(append([]podOpt{withStatus(annotations.TProxyStatusComplete), appliedAt(-2 * time.Hour)}, opts...)...)
 	}
@@ -297,13 +300,15 @@ func TestCountedByBreakerSandboxRecreated(t *testing.T) {
 		pod     *corev1.Pod
 		counted bool
 	}{
-		{"created before, sandbox recreated before readiness (reboot race)", recreated(sandboxAt(-40 * time.Second)), false},
-		{"created before, sandbox recreated after readiness", recreated(sandboxAt(-10 * time.Second)), true},
-		{"created before, sandbox recreated the second of readiness", recreated(sandboxAt(-30*time.Second + 500*time.Millisecond)), true},
-		{"created after, sandbox after", recreated(sandboxAt(-10*time.Second), func(p *corev1.Pod) { p.CreationTimestamp = at(-20 * time.Second) }), true},
+		{"created before, sandbox recreated before readiness (reboot race)", recreated(sandboxAt(ready - 10*time.Second)), false},
+		{"created before, sandbox recreated after readiness", recreated(sandboxAt(-time.Minute)), true},
+		{"sandbox dated the second of readiness", recreated(sandboxAt(ready + 500*time.Millisecond)), false},
+		{"sandbox dated within the slack after readiness", recreated(sandboxAt(ready + defaultSandboxSlack - time.Second)), false},
+		{"sandbox dated a whole slack after readiness", recreated(sandboxAt(ready + defaultSandboxSlack)), true},
+		{"created after, sandbox after", recreated(sandboxAt(-time.Minute), func(p *corev1.Pod) { p.CreationTimestamp = at(-2 * time.Minute) }), true},
 		{"sandbox being recreated", recreated(sandboxDown(-5 * time.Second)), false},
-		{"complete, not recreated, sandbox after", mkPod(withStatus(annotations.TProxyStatusComplete), appliedAt(-10*time.Second), sandboxAt(-10*time.Second)), true},
-		{"finished", recreated(sandboxAt(-10*time.Second), inPhase(corev1.PodFailed)), false},
+		{"complete, not recreated, sandbox after", mkPod(withStatus(annotations.TProxyStatusComplete), appliedAt(-time.Minute), sandboxAt(-time.Minute)), true},
+		{"finished", recreated(sandboxAt(-time.Minute), inPhase(corev1.PodFailed)), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

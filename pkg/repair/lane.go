@@ -8,16 +8,16 @@ import (
 
 // ofTheRace reports whether a broken pod on an open node (CNI ready since
 // since) is of the race: its node's CNI readiness is dated (see
-// readinessDated) and the pod's latest sandbox predates it (sandboxPredates,
-// the breaker's own dating). Such pods are the expected, bounded set the race
+// readinessDated) and the pod's latest sandbox predates it (dateSandbox, the
+// breaker's own dating). Such pods are the expected, bounded set the race
 // leaves behind and take the limiter's race lane; every other broken pod
-// points to something else and keeps the per-node pace.
+// (one dated just after readiness too: it may be the race or not) keeps the
+// per-node pace.
 func (c *Controller) ofTheRace(pod *corev1.Pod, since time.Time) bool {
 	if !c.readinessDated(pod.Spec.NodeName) {
 		return false
 	}
-	predates, ok := sandboxPredates(pod, since)
-	return ok && predates
+	return dateSandbox(pod, since, c.detector.SandboxSlack) == sandboxBeforeReady
 }
 
 // readinessDated reports whether the gate's "since" for node is the moment

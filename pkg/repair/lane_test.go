@@ -51,6 +51,30 @@ func TestRacePodsAreActedOnAtOnce(t *testing.T) {
 	}
 }
 
+// Pods whose sandbox is dated less than the sandbox slack after their
+// node's readiness may or may not be the race (the kubelet dates a sandbox
+// late): they neither take the race lane nor count for the breaker, so they
+// keep the per-node pace and the breaker stays closed.
+func TestPodsDatedJustAfterReadinessKeepTheNodePace(t *testing.T) {
+	h := newHarness(t, defaultLimits)
+	h.addNode(nodeReadySinceAt("n1", -time.Minute))
+	const n = 10
+	for i := 0; i < n; i++ {
+		if err := h.sync(h.addPod(brokenWithSandbox(-time.Minute + 2*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(h.mutations()); got != 1 {
+		t.Fatalf("%d pods dated just after readiness: %d acted on at once, want 1 (the node's burst)", n, got)
+	}
+	if got := skipped(h.metrics, SkipRateLimited); got != n-1 {
+		t.Fatalf("rate_limited = %v, want %d", got, n-1)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 0 {
+		t.Fatalf("breaker opened on pods that may be the race: gauge = %v", got)
+	}
+}
+
 // The cluster-wide cap binds the race lane too: at most N actions in any
 // minute, all lanes together.
 func TestRaceLaneKeepsTheGlobalCap(t *testing.T) {

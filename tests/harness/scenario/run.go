@@ -80,7 +80,9 @@ type Config struct {
 	MinPodAge  time.Duration
 	RepairArgs []string
 	// SandboxSlack is the controller's --sandbox-slack in the
-	// sandbox-recreated and node-reboot runs [5s].
+	// sandbox-recreated and node-reboot runs [10s]: a sandbox is dated by
+	// the kubelet's next sync, seconds late on a node that restarts every
+	// pod at once.
 	SandboxSlack time.Duration
 	// ControllerOutside runs the controller as a process of the test on
 	// every kind of node (on real nodes it runs as the manifests'
@@ -125,7 +127,7 @@ func (c *Config) defaults() {
 		c.MinPodAge = 10 * time.Second
 	}
 	if c.SandboxSlack == 0 {
-		c.SandboxSlack = 5 * time.Second
+		c.SandboxSlack = 10 * time.Second
 	}
 }
 

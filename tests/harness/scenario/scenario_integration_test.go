@@ -239,11 +239,13 @@ func TestSandboxRecreatedRepair(t *testing.T) {
 // Deployment): it comes back after the installer is Ready again and never
 // sees the CNI not ready, so the node keeps its label and an old
 // cni-ready-since; the CNI pod's later readiness moves that baseline, the
-// breaker does not count the pods the reboot recreated, and every pod that
+// breaker does not count the pods the reboot recreated (made before the
+// installer chained consul-cni, dated by the kubelet within the slack after
+// its readiness, or before it), and every pod that
 // came back outside the mesh is replaced (sandbox_recreated) and ends
 // meshed; no other pod is replaced.
 func TestNodeReboot(t *testing.T) {
-	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second,
+	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 10 * time.Second,
 		Timeout: 90 * time.Second})
 	cv := res.Controller
 	if cv == nil {
@@ -278,7 +280,7 @@ func TestNodeReboot(t *testing.T) {
 // go and come back, and replaces every pod that came back outside the mesh
 // (sandbox_recreated); at the end every pod is meshed.
 func TestNodeRebootControllerOutside(t *testing.T) {
-	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 5 * time.Second,
+	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 10 * time.Second,
 		Timeout: 90 * time.Second, ControllerOutside: true})
 	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d sandbox_recreated repairs", res.Node, res.EverBypassed, pods, res.RecreatedActions)
 	if res.EverBypassed == 0 {
