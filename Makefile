@@ -14,6 +14,13 @@ GO          ?= go
 GO_PREFIX   ?= /usr/local/go
 export GO_PREFIX
 export PATH := $(GO_PREFIX)/bin:$(PATH)
+# One way to compile for every Go command of the targets (vet, tests and the binaries tests build, the project's
+# commands and the images' amd64 binaries, the control plane and node binaries, Helm): static (no cgo) and
+# -trimpath. The build cache keys a compiled package on both, so with one setting each package is compiled once and
+# shared by all of them (client-go and its friends were compiled four times). runc, which needs cgo for seccomp,
+# sets CGO_ENABLED=1 itself (hack/build-node.sh).
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 BIN         := bin
 CACHE       := .cache
 KUBE_BIN    := $(CACHE)/kube/bin
@@ -124,7 +131,7 @@ kubectl: toolchain
 ## cni-bins: reference CNI plugins pinned in go.mod
 cni-bins: toolchain
 	@mkdir -p $(CNI_BIN)
-	CGO_ENABLED=0 $(GO) build -o $(CNI_BIN)/ $(CNI_PLUGINS)
+	$(GO) build -o $(CNI_BIN)/ $(CNI_PLUGINS)
 
 ## test: everything (.ci/run calls this)
 test: lint test-unit test-privileged test-integration test-images
@@ -177,7 +184,7 @@ test-manifests-integration: deps kube-bins node-bins helm
 ## helm: the Helm CLI pinned in tests/suites/manifests/go.mod (tool directive), into bin/helm
 helm: toolchain
 	@mkdir -p $(BIN)
-	cd tests/suites/manifests && CGO_ENABLED=0 $(GO) build \
+	cd tests/suites/manifests && $(GO) build \
 		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4)" \
 		-o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
 
@@ -206,8 +213,8 @@ lint: toolchain
 	$(GO) vet ./...
 	$(GO) vet -tags privileged ./...
 	$(GO) vet -tags integration ./...
-	@# -trimpath as in hack/build-kube.sh, so this vet and the kube build share the compiled k8s packages
-	cd tests/kube && $(GO) vet -trimpath ./...
+	@# With the flags of hack/build-kube.sh (GOFLAGS above), so this vet and the kube build share the compiled packages
+	cd tests/kube && $(GO) vet ./...
 	cd tests/suites/manifests && $(GO) vet ./... && $(GO) vet -tags integration ./...
 	cd tools && $(GO) vet ./... && $(GO) vet -tags images ./...
 	cd tests/sdkoracle/iptables && $(GO) vet ./...

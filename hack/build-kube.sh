@@ -4,6 +4,9 @@
 # k8s.io/kubectl modules (tests/kube) into OUTDIR. A cold build takes about
 # 15 minutes on 2 cores; the Go build cache makes reruns fast.
 set -euo pipefail
+# No cgo unless a build asks for it (runc), as the Makefile sets for every
+# Go command: the build cache keys compiled packages on it.
+export CGO_ENABLED=${CGO_ENABLED:-0}
 out=${1:?usage: build-kube.sh OUTDIR [COMMAND...]}
 shift
 commands=("$@")

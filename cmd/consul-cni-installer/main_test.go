@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -109,8 +108,8 @@ func TestExitCodes(t *testing.T) {
 // accepts, probe readiness with the same directories, and mount the host
 // directories the flags name.
 func TestDaemonSetArguments(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "manifests", "base", "cni", "daemonset.yaml"))
+	// go test runs a test in its package's directory.
+	b, err := os.ReadFile(filepath.Join("..", "..", "manifests", "base", "cni", "daemonset.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,13 +48,55 @@ var (
 	built = map[string]string{}
 )
 
-// RepoRoot returns the repository's top directory.
+// modulePath is the main module's path, as its go.mod declares it.
+const modulePath = "github.com/consul-cni-repair/consul-cni-repair"
+
+// RepoRoot returns the repository's top directory: the nearest directory at
+// or above the working directory whose go.mod declares the main module. The
+// go command runs a test in its package's directory, in this module or in
+// one of the repository's other modules, and the programs under tests/cmd
+// run from the top. (Not runtime.Caller: with -trimpath, which the Makefile
+// sets for every build, source paths are module paths.) The directory is
+// found at the first call and kept.
 func RepoRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("testbin: cannot locate source file")
+	rootOnce.Do(func() { root, rootErr = findRepoRoot() })
+	if rootErr != nil {
+		panic("testbin: " + rootErr.Error())
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	return root
+}
+
+var (
+	rootOnce sync.Once
+	root     string
+	rootErr  error
+)
+
+func findRepoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && declaresModule(b, modulePath) {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("no go.mod of module %s at or above %s", modulePath, wd)
+		}
+	}
+}
+
+// declaresModule reports whether the go.mod content gomod declares module
+// path.
+func declaresModule(gomod []byte, path string) bool {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == path
+		}
+	}
+	return false
 }
 
 // Dir is where built test binaries go.
