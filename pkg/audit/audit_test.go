@@ -276,7 +276,7 @@ func cniPod(node string, ready bool) *corev1.Pod {
 		st = corev1.ConditionTrue
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "cni-" + node, Namespace: "consul-cni-repair", Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "cni-" + node, Namespace: repair.DefaultConfig().CNINamespace, Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
 		Spec:       corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodReady, Status: st, LastTransitionTime: ago(30 * time.Minute),

@@ -1,11 +1,9 @@
 package realnode
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -128,25 +126,8 @@ func (f *apiForward) serve() {
 		if err != nil {
 			return
 		}
-		go relay(c, f.target)
+		go testnet.Relay(c, f.target) // dials in the host's namespace: serve never entered another
 	}
-}
-
-// relay copies between c and a new connection to target (dialled in the
-// host's namespace: this goroutine's thread never entered another).
-func relay(c net.Conn, target string) {
-	defer c.Close()
-	var d net.Dialer
-	up, err := d.DialContext(context.Background(), "tcp", target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	<-done
-	<-done
 }
 
 func (f *apiForward) close() {

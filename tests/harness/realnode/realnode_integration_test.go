@@ -111,27 +111,47 @@ func TestNodeRunsAPod(t *testing.T) {
 		return strings.Contains(string(b), "serve: listening on"), fmt.Errorf("log %q", b)
 	})
 
-	// kubectl logs and exec, through the apiserver to kubelet at the node IP
-	// and on to containerd's stream server.
+	kubectlLogsAndExec(t, c, ns, "web")
+	inClusterClients(t, c, ns, n.Name, img)
+
+	socks, err := n.ShimSockets(ctx)
+	if err != nil || len(socks) == 0 {
+		t.Fatalf("shim sockets %v: %v", socks, err)
+	}
+	dir, netns := n.Dir, n.Netns
+	n.Stop()
+	assertGone(t, dir, netns, ip, socks)
+}
+
+// kubectlLogsAndExec runs kubectl logs and exec on the podprog serve pod
+// name, through the apiserver to kubelet at the node IP and on to
+// containerd's stream server.
+func kubectlLogsAndExec(t *testing.T, c *cluster.Cluster, ns, name string) {
+	t.Helper()
 	kubectl := kubectlPath(t)
-	out, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "logs", "web").CombinedOutput()
+	out, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "logs", name).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "serve: listening on") {
 		t.Errorf("kubectl logs: %v: %s", err, out)
 	}
-	out, err = exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "exec", "web", "--",
+	out, err = exec.Command(kubectl, "--kubeconfig", c.Kubeconfig, "-n", ns, "exec", name, "--",
 		"/usr/local/bin/podprog", "exit", "--code", "3", "--message", "from exec", "--termination-log", "/dev/null").CombinedOutput()
 	if code := exitCode(err); code != 3 || !strings.Contains(string(out), "from exec") {
 		t.Errorf("kubectl exec: exit %d (%v), output %q; want 3 and the message", code, err, out)
 	}
+}
 
-	// In-cluster clients reach the apiserver from a pod's network and from
-	// the node's (hostNetwork), as the project's installer and controller do.
+// inClusterClients: in-cluster clients reach the apiserver from a pod's
+// network and from the node's (hostNetwork), as the project's installer and
+// controller do.
+func inClusterClients(t *testing.T, c *cluster.Cluster, ns, node string, img realnode.Image) {
+	t.Helper()
+	ctx := context.Background()
 	for _, hostNet := range []bool{false, true} {
 		name := fmt.Sprintf("api-hostnet-%v", hostNet)
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
-				NodeName: n.Name, HostNetwork: hostNet, RestartPolicy: corev1.RestartPolicyNever,
+				NodeName: node, HostNetwork: hostNet, RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{
 					Name: "report", Image: img.Ref, ImagePullPolicy: corev1.PullNever,
 					Args: []string{"report", "--out", "/dev/stdout"},
@@ -150,14 +170,6 @@ func TestNodeRunsAPod(t *testing.T) {
 			return strings.Contains(string(b), want), fmt.Errorf("log %q", b)
 		})
 	}
-
-	socks, err := n.ShimSockets(ctx)
-	if err != nil || len(socks) == 0 {
-		t.Fatalf("shim sockets %v: %v", socks, err)
-	}
-	dir, netns := n.Dir, n.Netns
-	n.Stop()
-	assertGone(t, dir, netns, ip, socks)
 }
 
 // dialRead connects to addr and returns the line the peer writes.

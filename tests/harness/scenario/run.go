@@ -645,7 +645,7 @@ func (r *runner) nodeBoundToken(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tr, err := r.cs.CoreV1().ServiceAccounts("consul-cni-repair").CreateToken(ctx, "consul-cni", &authenticationv1.TokenRequest{
+	tr, err := r.cs.CoreV1().ServiceAccounts(manifestsNamespace).CreateToken(ctx, "consul-cni", &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
 			ExpirationSeconds: ptr.To(int64(3600)),
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
@@ -752,7 +752,11 @@ func (r *runner) chainString() string {
 
 // installerLogs returns the end of the installer containers' output on
 // the node, for error messages.
-func (r *runner) installerLogs() string { return r.containerLogs("consul-cni-repair", "", 15) }
+func (r *runner) installerLogs() string { return r.containerLogs(manifestsNamespace, "", 15) }
+
+// manifestsNamespace is the namespace manifests/base installs into, the
+// controller's default --cni-namespace.
+var manifestsNamespace = repair.DefaultConfig().CNINamespace
 
 // containerLogs returns the last lines of every log on the node of
 // containers in namespace ns named container (any when empty).

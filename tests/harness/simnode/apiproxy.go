@@ -1,15 +1,15 @@
 package simnode
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
 	"os/exec"
 	"strings"
 	"sync"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // The control plane listens on the host's loopback, which a pod's network
@@ -64,20 +64,7 @@ func (p *apiProxy) serve() {
 		if err != nil {
 			return
 		}
-		go func() {
-			defer c.Close()
-			var d net.Dialer
-			up, err := d.DialContext(context.Background(), "tcp", p.target)
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			done := make(chan struct{}, 2)
-			go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-			go func() { _, _ = io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-			<-done
-			<-done
-		}()
+		go testnet.Relay(c, p.target)
 	}
 }
 

@@ -248,6 +248,48 @@ func injectedMeta(labels map[string]string) metav1.ObjectMeta {
 	}
 }
 
+// webRedirectConfig is the redirect-traffic-config annotation of the tests'
+// injected "web" workloads, as the webhook writes it.
+const webRedirectConfig = `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeUIDs":["5996"]}`
+
+// createInjectedWeb creates the Deployment "web" in ns: replicas injected
+// pods (labels app=web) pinned to node.
+func createInjectedWeb(t *testing.T, c *cluster.Cluster, ns, node string, replicas int32) {
+	t.Helper()
+	meta := injectedMeta(map[string]string{"app": "web"})
+	meta.Annotations[annotations.KeyRedirectTrafficConfig] = webRedirectConfig
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(context.Background(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: meta, Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+				Containers:   []corev1.Container{{Name: "web", Image: "registry.example/web:1"}},
+			}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// webOutsideMesh lists the running "web" pods in ns whose
+// transparent-proxy-status is still enabled: their sandbox was made
+// without the plugin.
+func webOutsideMesh(ctx context.Context, c *cluster.Cluster, ns string) ([]corev1.Pod, error) {
+	l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range l.Items {
+		if p.Status.Phase == corev1.PodRunning && p.Annotations[annotations.KeyTransparentProxyStatus] == annotations.TProxyStatusEnabled {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // TestControllerUnderManifests runs the real controller (cmd/repair) with
 // each overlay's exact container args, under the overlay's RBAC (a real
 // token of the consul-cni-repair ServiceAccount), against the local control

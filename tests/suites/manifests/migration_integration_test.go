@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -382,35 +381,18 @@ func bypassReplaced(t *testing.T, c *cluster.Cluster, node *simnode.Node, ns str
 		t.Fatalf("chain after the stand-in's cleanup with our installer stopped: %v (%v), want no %s", plugins, err, cniconf.PluginType)
 	}
 
-	meta := injectedMeta(map[string]string{"app": "web"})
-	meta.Annotations[annotations.KeyRedirectTrafficConfig] = `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeUIDs":["5996"]}`
-	one := int32(1)
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: meta, Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{"kubernetes.io/hostname": node.Name()},
-				Containers:   []corev1.Container{{Name: "web", Image: "registry.example/web:1"}},
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createInjectedWeb(t, c, ns, node.Name(), 1)
 	var bypassing *corev1.Pod
 	poll.Eventually(t, 3*time.Minute, "the injected pod running with a sandbox made without the plugin", func() error {
-		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		l, err := webOutsideMesh(ctx, c, ns)
 		if err != nil {
 			return err
 		}
-		for i, p := range l.Items {
-			if p.Status.Phase == corev1.PodRunning && p.Annotations[annotations.KeyTransparentProxyStatus] == annotations.TProxyStatusEnabled {
-				bypassing = &l.Items[i]
-				return nil
-			}
+		if len(l) == 0 {
+			return fmt.Errorf("no running pod with status %q", annotations.TProxyStatusEnabled)
 		}
-		return fmt.Errorf("no running pod with status %q among %d", annotations.TProxyStatusEnabled, len(l.Items))
+		bypassing = &l[0]
+		return nil
 	})
 
 	pauseDaemonSet(t, c, namespace, installerName, false)

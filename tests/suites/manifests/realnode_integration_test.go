@@ -227,29 +227,10 @@ func injectedPodComplete(t *testing.T, c *cluster.Cluster, ns, node string, img 
 	})
 }
 
-// servePodRuns: a plain pod (no annotation) on node runs with an address.
+// servePodRuns: a plain pod (no annotation) on a real node, serving with
+// the test image, runs with an address.
 func servePodRuns(t *testing.T, c *cluster.Cluster, ns, node string, img realnode.Image) {
 	t.Helper()
-	ctx := context.Background()
-	name := "plain-" + node
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-			Containers: []corev1.Container{{Name: "app", Image: img.Ref, ImagePullPolicy: corev1.PullNever,
-				Args: []string{"serve", "--listen", ":8080", "--reply", "plain"}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Eventually(t, 2*time.Minute, "pod "+name+" running", func() error {
-		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("phase %s, node %q, %v", p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses)
-		}
-		return nil
-	})
+	podRuns(t, c, ns, node, corev1.Container{Name: "app", Image: img.Ref, ImagePullPolicy: corev1.PullNever,
+		Args: []string{"serve", "--listen", ":8080", "--reply", "plain"}})
 }

@@ -55,32 +55,16 @@ func TestRepairOnlyBesideConsulK8sCNI(t *testing.T) {
 
 	// Injected pods start while the node's chain lacks the plugin.
 	ns := c.Namespace(t)
-	meta := injectedMeta(map[string]string{"app": "web"})
-	meta.Annotations[annotations.KeyRedirectTrafficConfig] = `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ProxyOutboundPort":15001,"ExcludeUIDs":["5996"]}`
-	replicas := int32(2)
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: meta, Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{"kubernetes.io/hostname": node.Name()},
-				Containers:   []corev1.Container{{Name: "web", Image: "registry.example/web:1"}},
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	const replicas = 2
+	createInjectedWeb(t, c, ns, node.Name(), replicas)
 	bypassed := map[string]bool{}
 	poll.Eventually(t, 3*time.Minute, "injected pods running without the plugin", func() error {
-		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		l, err := webOutsideMesh(ctx, c, ns)
 		if err != nil {
 			return err
 		}
-		for _, p := range l.Items {
-			if p.Status.Phase == corev1.PodRunning && p.Annotations[annotations.KeyTransparentProxyStatus] == annotations.TProxyStatusEnabled {
-				bypassed[string(p.UID)] = true
-			}
+		for _, p := range l {
+			bypassed[string(p.UID)] = true
 		}
 		if len(bypassed) < int(replicas) {
 			return fmt.Errorf("%d of %d running outside the mesh", len(bypassed), replicas)

@@ -105,8 +105,15 @@ func TestRemoveOnSimulatedNodes(t *testing.T) {
 }
 
 // plainPodRuns creates a pod without any annotation on node and waits
-// until it runs with an address.
+// until it runs with an address (on a simulated node).
 func plainPodRuns(t *testing.T, c *cluster.Cluster, ns, node string) {
+	t.Helper()
+	podRuns(t, c, ns, node, corev1.Container{Name: "app", Image: "registry.example/app:1"})
+}
+
+// podRuns creates the pod "plain-<node>" of one container, without any
+// annotation, on node and waits until it runs with an address.
+func podRuns(t *testing.T, c *cluster.Cluster, ns, node string, container corev1.Container) {
 	t.Helper()
 	ctx := context.Background()
 	name := "plain-" + node
@@ -114,7 +121,7 @@ func plainPodRuns(t *testing.T, c *cluster.Cluster, ns, node string) {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
 			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-			Containers:   []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+			Containers:   []corev1.Container{container},
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -125,7 +132,7 @@ func plainPodRuns(t *testing.T, c *cluster.Cluster, ns, node string) {
 			return err
 		}
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("phase %s, node %q, conditions %v", p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
+			return fmt.Errorf("phase %s, node %q, conditions %v, containers %v", p.Status.Phase, p.Spec.NodeName, p.Status.Conditions, p.Status.ContainerStatuses)
 		}
 		return nil
 	})

@@ -173,18 +173,36 @@ func (w iptWorker) applyOurs(c sdkoracle.Case) string {
 	return ""
 }
 
-// replay runs the SDK's commands in its namespace the way the SDK does:
-// one exec per rule, stopping at the first failure.
+// replay applies the SDK's commands in its namespace. The SDK runs one
+// iptables process per command; here the same commands, in the same order,
+// go through one restore per family (a line per command, grouped by table),
+// which leaves the same rules in the kernel for a tenth of the processes
+// (command by command, 2,000 configurations on two backends took 12
+// minutes). Only whether the SDK's commands apply matters to an outcome,
+// not how far they got, so a refused restore counts as the SDK failing; the
+// message names the command the tool refused.
 func (w iptWorker) replay(cmds [][]string) string {
 	var msg string
 	err := redirect.InNetns(w.sdk.Path, func() error {
-		for _, c := range cmds {
-			fam := redirect.IPv4
-			if c[0] == "ip6tables" {
-				fam = redirect.IPv6
+		for _, fam := range redirect.Families {
+			tool := "iptables"
+			if fam == redirect.IPv6 {
+				tool = "ip6tables"
 			}
-			if out, err := exec.Command(w.backend.Tool(fam), c[1:]...).CombinedOutput(); err != nil {
-				msg = fmt.Sprintf("%q: %v: %s", c, err, strings.TrimSpace(string(out)))
+			var own [][]string
+			for _, c := range cmds {
+				if c[0] == tool {
+					own = append(own, c)
+				}
+			}
+			if len(own) == 0 {
+				continue
+			}
+			in, lineCmd := restoreInput(own)
+			cmd := exec.Command(w.backend.Command(fam, "restore"), "--noflush")
+			cmd.Stdin = strings.NewReader(in)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				msg = fmt.Sprintf("%s: %v: %s", refused(own, lineCmd, out), err, strings.TrimSpace(string(out)))
 				return nil
 			}
 		}
@@ -194,6 +212,70 @@ func (w iptWorker) replay(cmds [][]string) string {
 		return err.Error()
 	}
 	return msg
+}
+
+// restoreInput writes commands of one tool ([tool, args...], "-t TABLE"
+// anywhere in args, filter by default) as restore input: a section per
+// table, in the order the tables first appear, each command a line in its
+// order. lineCmd maps an input line (1-based) to its command's index, -1
+// for the section lines.
+func restoreInput(cmds [][]string) (string, []int) {
+	type line struct {
+		text string
+		cmd  int
+	}
+	sections := map[string][]line{}
+	var tables []string
+	for i, c := range cmds {
+		table, args := "filter", []string(nil)
+		for j := 1; j < len(c); j++ {
+			if (c[j] == "-t" || c[j] == "--table") && j+1 < len(c) {
+				table = c[j+1]
+				j++
+				continue
+			}
+			args = append(args, restoreQuote(c[j]))
+		}
+		if _, ok := sections[table]; !ok {
+			tables = append(tables, table)
+		}
+		sections[table] = append(sections[table], line{strings.Join(args, " "), i})
+	}
+	var b strings.Builder
+	lineCmd := []int{-1} // line numbers start at 1
+	for _, t := range tables {
+		b.WriteString("*" + t + "\n")
+		lineCmd = append(lineCmd, -1)
+		for _, l := range sections[t] {
+			b.WriteString(l.text + "\n")
+			lineCmd = append(lineCmd, l.cmd)
+		}
+		b.WriteString("COMMIT\n")
+		lineCmd = append(lineCmd, -1)
+	}
+	return b.String(), lineCmd
+}
+
+// restoreQuote quotes an argument for the restore parser when it holds a
+// blank or a quote.
+func restoreQuote(s string) string {
+	if !strings.ContainsAny(s, " \t\"'") {
+		return s
+	}
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
+}
+
+// refused names the command at the line a restore's output reports
+// ("Error occurred at line: N"), or all of them when it names none.
+func refused(cmds [][]string, lineCmd []int, out []byte) string {
+	const marker = "Error occurred at line: "
+	if i := strings.Index(string(out), marker); i >= 0 {
+		var n int
+		if _, err := fmt.Sscanf(string(out[i+len(marker):]), "%d", &n); err == nil && n > 0 && n < len(lineCmd) && lineCmd[n] >= 0 {
+			return fmt.Sprintf("%q", cmds[lineCmd[n]])
+		}
+	}
+	return fmt.Sprintf("%q", cmds)
 }
 
 func (w iptWorker) compare() string {
