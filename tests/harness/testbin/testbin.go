@@ -25,6 +25,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/mod/modfile"
 )
 
 // ReferencePlugins are the containernetworking/plugins executables tests
@@ -78,25 +80,13 @@ func findRepoRoot() (string, error) {
 		return "", err
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && declaresModule(b, modulePath) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modfile.ModulePath(b) == modulePath {
 			return dir, nil
 		}
 		if filepath.Dir(dir) == dir {
 			return "", fmt.Errorf("no go.mod of module %s at or above %s", modulePath, wd)
 		}
 	}
-}
-
-// declaresModule reports whether the go.mod content gomod declares module
-// path.
-func declaresModule(gomod []byte, path string) bool {
-	for _, line := range strings.Split(string(gomod), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "module" {
-			return strings.Trim(f[1], `"`) == path
-		}
-	}
-	return false
 }
 
 // Dir is where built test binaries go.
