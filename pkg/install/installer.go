@@ -134,8 +134,8 @@ type PassResult struct {
 	// Recheck is true while the token file holds the token of another
 	// installer that still runs (a rolling update): look again soon.
 	Recheck bool
-	// YieldedTo is the version of a newer installer that owns the node's
-	// installation; this pass then wrote nothing.
+	// YieldedTo is the version of another installer that owns the node's
+	// installation (owner.go); this pass then wrote nothing.
 	YieldedTo string
 }
 
@@ -170,7 +170,7 @@ func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, 
 	if in.cfg.PluginBinary == "" {
 		return st, errors.New("no plugin binary to install")
 	}
-	st, yielded := in.yieldToNewer(ctx, st)
+	st, yielded := in.yieldToOwner(ctx, st)
 	if yielded {
 		return st, nil
 	}
@@ -589,8 +589,8 @@ func (in *Installer) VerifyInstalled() error {
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("plugin binary %s is not an executable file", bin)
 	}
-	if o, newer := in.newerOwner(context.Background()); newer {
-		klog.V(4).InfoS("A newer installer owns the plugin binary", "owner", o.Version)
+	if o, yield := in.ownerToYieldTo(context.Background()); yield {
+		klog.V(4).InfoS("Another installer owns the plugin binary", "owner", o.Version, "ownerPod", o.Pod)
 	} else if in.cfg.PluginBinary != "" {
 		same, err := sameBinary(in.cfg.PluginBinary, bin)
 		if err != nil {

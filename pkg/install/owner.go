@@ -17,19 +17,29 @@ import (
 )
 
 // During an upgrade (a DaemonSet rolling update, helm upgrade) installers
-// of two versions run on a node at once. Each would make the binary and the
-// entry its own, so they would overwrite each other until one stops. The
-// owner file (OwnerFileName, beside the kubeconfig) settles it: it names
-// the version of the installer that wrote last and, when known, the pod
-// that installer runs in. Before it writes anything an installer reads it:
+// of two versions run on a node at once; during a rollout restart, or a
+// helm upgrade that changes only the configuration (the backend, excluded
+// namespaces), two installers of the same version with different entries
+// do. Each would make the binary and the entry its own, so they would
+// overwrite each other until one stops. The owner file (OwnerFileName,
+// beside the kubeconfig) settles it: it names the version of the installer
+// that wrote last and, when known, the pod that installer runs in. Before
+// it writes anything an installer reads it:
 //
-//   - no owner file, an unreadable one, the same or an older version: the
-//     installer writes what it installs and records itself as the owner;
+//   - no owner file, an unreadable one, an older version, or this
+//     installer's own pod: the installer writes what it installs and
+//     records itself as the owner;
 //   - a newer version whose pod still runs (or whose pod is unknown, or the
 //     API does not answer): the installer writes nothing and looks again
 //     soon (PassResult.Recheck), reporting Ready while the chain is complete;
-//   - a newer version whose pod is gone (a rollback to an older release):
-//     the installer takes over.
+//   - the same version in another pod that still runs (or the API does not
+//     answer): the same; the installer in place keeps the installation
+//     until its pod is deleted, then the other takes over within Recheck,
+//     writing its entry once. Without pods on either side (no API access)
+//     the same version does not yield;
+//   - a newer version, or the same one, whose pod is gone or being deleted
+//     (a rollback, the old pod of a rolling update): the installer takes
+//     over.
 //
 // Versions compare as semantic versions; `git describe` builds
 // (v0.1.0-3-gabc) come after their tag, and anything that is not a
@@ -116,13 +126,22 @@ func (in *Installer) self() Owner {
 	return o
 }
 
-// newerOwner returns the owner record when a newer installer than this one
-// owns the node's installation and may still run: this installer then
-// writes nothing.
-func (in *Installer) newerOwner(ctx context.Context) (Owner, bool) {
+// ownerToYieldTo returns the owner record when another installer owns the
+// node's installation and may still run: this installer then writes
+// nothing.
+func (in *Installer) ownerToYieldTo(ctx context.Context) (Owner, bool) {
 	o, ok := readOwner(in.cfg.NetDir)
-	if !ok || CompareVersions(o.Version, in.cfg.Version) <= 0 {
+	if !ok {
 		return Owner{}, false
+	}
+	switch CompareVersions(o.Version, in.cfg.Version) {
+	case -1:
+		return Owner{}, false
+	case 0:
+		self := in.self()
+		if o.UID == "" || self.UID == "" || o.UID == self.UID || in.cfg.PodAlive == nil {
+			return Owner{}, false
+		}
 	}
 	if o.UID == "" || in.cfg.PodAlive == nil {
 		return o, true
@@ -151,13 +170,13 @@ func (in *Installer) claimOwner() (changed bool, err error) {
 	return true, nil
 }
 
-// yieldToNewer makes the pass write nothing while a newer installer owns
+// yieldToOwner makes the pass write nothing while another installer owns
 // the installation (looking again soon), and otherwise records this
-// installer as the owner before anything else is written, so that an older
-// installer sees it as early as possible.
-func (in *Installer) yieldToNewer(ctx context.Context, st PassResult) (PassResult, bool) {
-	if o, newer := in.newerOwner(ctx); newer {
-		klog.FromContext(ctx).V(2).Info("A newer installer owns the node's installation; writing nothing", "owner", o.Version, "ownerPod", o.Pod, "version", in.cfg.Version)
+// installer as the owner before anything else is written, so that the
+// other installer sees it as early as possible.
+func (in *Installer) yieldToOwner(ctx context.Context, st PassResult) (PassResult, bool) {
+	if o, yield := in.ownerToYieldTo(ctx); yield {
+		klog.FromContext(ctx).V(2).Info("Another installer owns the node's installation; writing nothing", "owner", o.Version, "ownerPod", o.Pod, "version", in.cfg.Version)
 		st.YieldedTo, st.Recheck = o.Version, true
 		return st, true
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
@@ -133,5 +135,68 @@ func TestDevBuildYieldsToRelease(t *testing.T) {
 	reconcile(t, newer)
 	if st := reconcile(t, older); st.YieldedTo != "v0.0.1" || len(st.Wrote) != 0 {
 		t.Errorf("dev build pass: YieldedTo=%q wrote %v; want it to yield to v0.0.1 and write nothing", st.YieldedTo, st.Wrote)
+	}
+}
+
+// Two installers of one version with different entries (a rollout
+// restart, or helm upgrade switching the backend): the one in place keeps
+// the installation while its pod runs, the other writes nothing; once the
+// first pod is being deleted the second takes over with one write of the
+// list, and the first, still running, never writes back.
+func TestSameVersionOverlapConverges(t *testing.T) {
+	n := newHostDirs(t)
+	writeFiles(t, n.root, map[string]string{
+		"etc/cni/net.d/10-kindnet.conflist": ownerTestList,
+		"sa-a/token":                        fakeToken("consul-cni-a", "uid-a", time.Now().Add(time.Hour)),
+		"sa-b/token":                        fakeToken("consul-cni-b", "uid-b", time.Now().Add(time.Hour)),
+	})
+	alive := map[string]bool{"uid-a": true, "uid-b": true}
+	podAlive := func(_ context.Context, _, _, uid string) (bool, error) { return alive[uid], nil }
+	mk := func(token, backend string) *Installer {
+		return n.installer(t, func(c *Config) {
+			c.Version, c.Backend, c.PodAlive = "v0.2.0", backend, podAlive
+			c.Client = &ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: filepath.Join(n.root, token)}
+		})
+	}
+	a, b := mk("sa-a/token", cniconf.BackendIptables), mk("sa-b/token", cniconf.BackendNftables)
+	list := filepath.Join(n.net, "10-kindnet.conflist")
+	chainWrites := func(st PassResult) int {
+		w := 0
+		for _, s := range st.Wrote {
+			if strings.HasPrefix(s, "chain") {
+				w++
+			}
+		}
+		return w
+	}
+	writes := chainWrites(reconcile(t, a))
+	for i := 0; i < 3; i++ {
+		for _, in := range []*Installer{b, a} {
+			st := reconcile(t, in)
+			writes += chainWrites(st)
+			if in == b && (st.YieldedTo != "v0.2.0" || len(st.Wrote) != 0) {
+				t.Fatalf("second installer while the first runs: YieldedTo=%q wrote %v", st.YieldedTo, st.Wrote)
+			}
+		}
+		if err := b.VerifyInstalled(); err != nil {
+			t.Fatalf("yielding installer not ready: %v", err)
+		}
+	}
+	alive["uid-a"] = false // the first pod's deletion starts
+	for i := 0; i < 3; i++ {
+		for _, in := range []*Installer{b, a} {
+			writes += chainWrites(reconcile(t, in))
+		}
+	}
+	if writes != 2 {
+		t.Errorf("list writes = %d, want 2 (the first installer's, then the second's once)", writes)
+	}
+	var l struct{ Plugins []PluginConfig }
+	raw, _ := os.ReadFile(list)
+	if err := json.Unmarshal(raw, &l); err != nil || l.Plugins[len(l.Plugins)-1].Backend != cniconf.BackendNftables {
+		t.Errorf("entry after the overlap: %s; want the second installer's (backend nftables)", raw)
+	}
+	if o, ok := readOwner(n.net); !ok || o.UID != "uid-b" {
+		t.Errorf("owner = %+v, want the second installer's pod", o)
 	}
 }
