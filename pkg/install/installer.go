@@ -210,7 +210,8 @@ func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, 
 // afterChain does what can wait until the chain is complete: it stages a
 // copy of the binary for the next restore, and removes the kubeconfig an
 // earlier installer of ours wrote under the name consul-k8s's installer
-// also uses (the entry names ours now).
+// also uses (the entry names ours now) unless another configuration may
+// name it (settleLegacyKubeconfig).
 func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult, error) {
 	var errs []error
 	staged, err := stageBinary(in.cfg.PluginBinary, in.cfg.BinDir)
@@ -219,14 +220,10 @@ func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult,
 		st.Wrote = append(st.Wrote, "staged binary")
 	}
 	if in.cfg.Client != nil {
-		legacy := filepath.Join(in.cfg.NetDir, cniconf.LegacyKubeconfigFileName)
-		if in.legacyKubeconfigIsOurs() {
-			if err := removeIfExists(legacy); err != nil {
-				errs = append(errs, fmt.Errorf("removing the kubeconfig %s an earlier installer wrote: %w", legacy, err))
-			} else {
-				st.Wrote = append(st.Wrote, "removed "+cniconf.LegacyKubeconfigFileName)
-				klog.FromContext(ctx).Info("Removed the plugin kubeconfig an earlier installer wrote", "file", legacy, "now", cniconf.KubeconfigFileName)
-			}
+		wrote, err := in.settleLegacyKubeconfig(ctx)
+		errs = append(errs, err)
+		if wrote != "" {
+			st.Wrote = append(st.Wrote, wrote)
 		}
 	}
 	return st, errors.Join(errs...)

@@ -2,15 +2,20 @@ package install
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
@@ -153,4 +158,130 @@ func (in *Installer) legacyKubeconfigIsOurs() bool {
 	}
 	b, err := os.ReadFile(path)
 	return err == nil && ownKubeconfig(b)
+}
+
+// settleLegacyKubeconfig deals with a kubeconfig of ours under the name
+// earlier installers of ours used (cniconf.LegacyKubeconfigFileName, the
+// name consul-k8s uses too) once our entry names the current one. It is
+// removed, unless another configuration may still name it: a network
+// configuration in the net dir (a list, a plugin directory, a Multus
+// delegate) whose "kubeconfig" resolves to it as the plugin resolves the
+// key (the file, or the newest "<name>-*"), or, with Multus, a
+// NetworkAttachmentDefinition, which the installer cannot see
+// (consul-k8s's hard-codes "kubeconfig": "ZZZ-consul-cni-kubeconfig").
+// Kept, it is brought up to date with the current kubeconfig, so such an
+// attachment authenticates as the installer's plugin does. wrote says
+// what changed.
+func (in *Installer) settleLegacyKubeconfig(ctx context.Context) (wrote string, err error) {
+	if !in.legacyKubeconfigIsOurs() {
+		return "", nil
+	}
+	legacy := filepath.Join(in.cfg.NetDir, cniconf.LegacyKubeconfigFileName)
+	namedBy, err := in.configsNaming(cniconf.LegacyKubeconfigFileName)
+	if err != nil {
+		return "", fmt.Errorf("looking for configurations that name %s: %w", legacy, err)
+	}
+	if len(namedBy) == 0 && !in.cfg.Multus {
+		if err := removeIfExists(legacy); err != nil {
+			return "", fmt.Errorf("removing the kubeconfig %s an earlier installer wrote: %w", legacy, err)
+		}
+		klog.FromContext(ctx).Info("Removed the plugin kubeconfig an earlier installer wrote", "file", legacy, "now", cniconf.KubeconfigFileName)
+		return "removed " + cniconf.LegacyKubeconfigFileName, nil
+	}
+	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, cniconf.TokenFileName))
+	if err != nil {
+		return "", err
+	}
+	if cur, err := os.ReadFile(legacy); err == nil && bytes.Equal(cur, kc) {
+		return "", nil
+	}
+	if err := writeAtomic(legacy, kc, 0o600); err != nil {
+		return "", fmt.Errorf("updating the kubeconfig %s other configurations name: %w", legacy, err)
+	}
+	klog.FromContext(ctx).Info("Keeping the plugin kubeconfig under its earlier name: other configurations name it", "file", legacy, "namedBy", namedBy, "multus", in.cfg.Multus)
+	return "kept " + cniconf.LegacyKubeconfigFileName, nil
+}
+
+// maxConfigDepth bounds how deep under the net dir configsNaming looks
+// (<net dir>/<dir>/<dir>/<file>: plugin directories, Multus's).
+const maxConfigDepth = 3
+
+// configsNaming lists the network configuration files under the net dir
+// (.conf, .conflist, .json, at most maxConfigDepth deep) with a
+// "kubeconfig" key, at any depth, that the plugin would resolve to the
+// net dir's file name: the name itself (or its path in the host's net dir),
+// or a name the plugin completes with "-*" to it.
+func (in *Installer) configsNaming(name string) ([]string, error) {
+	var out []string
+	root := filepath.Clean(in.cfg.NetDir)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if path == root {
+				return err
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if path != root && strings.Count(rel, string(filepath.Separator)) >= maxConfigDepth-1 {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || !slices.Contains(configExtensions, filepath.Ext(path)) {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) > maxConfigSize {
+			return nil
+		}
+		var v any
+		if json.Unmarshal(b, &v) == nil && in.namesKubeconfig(v, name) {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// maxConfigSize bounds the configuration files configsNaming reads.
+const maxConfigSize = 1 << 20
+
+// namesKubeconfig reports whether a decoded JSON value has a "kubeconfig"
+// string, at any depth, that resolves to the net dir's file name.
+func (in *Installer) namesKubeconfig(v any, name string) bool {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if s, ok := x.(string); ok && k == "kubeconfig" && in.resolvesTo(s, name) {
+				return true
+			}
+			if in.namesKubeconfig(x, name) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range t {
+			if in.namesKubeconfig(x, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resolvesTo reports whether the kubeconfig key value may resolve to the
+// net dir's file name, as the plugin resolves it (the file itself, or the
+// newest "<value>-*").
+func (in *Installer) resolvesTo(value, name string) bool {
+	if value == "" {
+		return false
+	}
+	if filepath.IsAbs(value) {
+		if filepath.Dir(value) != filepath.Clean(in.cfg.HostNetDir) {
+			return false
+		}
+		value = filepath.Base(value)
+	}
+	return value == name || strings.HasPrefix(name, value+"-")
 }

@@ -283,3 +283,62 @@ func TestStaleStagedBinaryNotUsed(t *testing.T) {
 		}
 	}
 }
+
+// nadConfig is the config of consul-k8s's NetworkAttachmentDefinition
+// (charts/consul/templates/cni-networkattachmentdefinition.yaml): it names
+// the kubeconfig by consul-k8s's fixed name.
+const nadConfig = `{"cniVersion":"0.3.1","type":"consul-cni","cni_bin_dir":"/opt/cni/bin","cni_net_dir":"/etc/cni/net.d",` +
+	`"kubeconfig":"ZZZ-consul-cni-kubeconfig","log_level":"info","multus":true,"name":"consul-cni"}`
+
+// A kubeconfig of ours under the earlier name is removed once our entry
+// names the current one, unless another configuration on the node names
+// it (a NetworkAttachmentDefinition-style delegate, Multus's list of
+// delegates, a name the plugin completes with "-*") or Multus is on
+// (NetworkAttachmentDefinitions live in the API, out of the installer's
+// sight): then it is kept, brought up to date.
+func TestLegacyKubeconfigKeptWhileNamed(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		files  map[string]string
+		multus bool
+		kept   bool
+	}{
+		{"named by nothing else", nil, false, false},
+		{"a NetworkAttachmentDefinition-style delegate file", map[string]string{"multus.d/consul-cni.conf": nadConfig}, false, true},
+		{"Multus's delegates", map[string]string{"multus/00-multus.json": `{"name":"multus","type":"multus","delegates":[` + nadConfig + `]}`}, false, true},
+		{"by its path in the host's net dir", map[string]string{"multus.d/c.conf": strings.Replace(nadConfig, `"ZZZ-consul-cni-kubeconfig"`, `"/etc/cni/net.d/ZZZ-consul-cni-kubeconfig"`, 1)}, false, true},
+		{"by a name the plugin completes", map[string]string{"multus.d/c.conf": strings.Replace(nadConfig, `"ZZZ-consul-cni-kubeconfig"`, `"ZZZ-consul-cni"`, 1)}, false, true},
+		{"a path in another directory", map[string]string{"multus.d/c.conf": strings.Replace(nadConfig, `"ZZZ-consul-cni-kubeconfig"`, `"/etc/other/ZZZ-consul-cni-kubeconfig"`, 1)}, false, false},
+		{"too deep to be a configuration", map[string]string{"a/b/c/d.conf": nadConfig}, false, false},
+		{"with Multus", nil, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newHostDirs(t)
+			stale := strings.Replace(string(legacyKubeconfig(t)), "10.96.0.1", "10.96.0.2", 1)
+			writeFiles(t, n.net, map[string]string{
+				"10-n.conflist":                  listWithEntry(cniconf.LegacyKubeconfigFileName),
+				cniconf.LegacyKubeconfigFileName: stale,
+			})
+			writeFiles(t, n.net, c.files)
+			in := n.installer(t, func(cfg *Config) { cfg.Multus = c.multus })
+			reconcile(t, in)
+			if kc := entryKubeconfig(t, filepath.Join(n.net, "10-n.conflist")); kc != cniconf.KubeconfigFileName {
+				t.Fatalf("entry names %q, want %q", kc, cniconf.KubeconfigFileName)
+			}
+			b, err := os.ReadFile(filepath.Join(n.net, cniconf.LegacyKubeconfigFileName))
+			if !c.kept {
+				if err == nil {
+					t.Fatalf("%s kept though nothing else names it", cniconf.LegacyKubeconfigFileName)
+				}
+				return
+			}
+			cur, _ := os.ReadFile(filepath.Join(n.net, cniconf.KubeconfigFileName))
+			if err != nil || string(b) != string(cur) {
+				t.Fatalf("%s: %v; want it kept with the current kubeconfig's content\n%s", cniconf.LegacyKubeconfigFileName, err, b)
+			}
+			if st := reconcile(t, in); len(st.Wrote) != 0 {
+				t.Errorf("a second pass wrote %v", st.Wrote)
+			}
+		})
+	}
+}
