@@ -298,6 +298,23 @@ func podAlive(c kubernetes.Interface) install.PodAlive {
 	}
 }
 
+// podGone asks the API whether a pod no longer exists (not found, or
+// another pod of that name); a pod being deleted still exists.
+func podGone(c kubernetes.Interface) install.PodGone {
+	return func(ctx context.Context, ns, name, uid string) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return string(p.UID) != uid, nil
+	}
+}
+
 func runInstaller(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
 	rc, err := cmdutil.RESTConfig(o.Kubeconfig)
@@ -315,6 +332,7 @@ func runInstaller(ctx context.Context, o *options) error {
 		return err
 	}
 	cfg.PodAlive = podAlive(client)
+	cfg.PodGone = podGone(client)
 	if o.MetricsAddr != "" {
 		m, addr, stop, err := serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {

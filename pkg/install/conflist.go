@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -83,9 +84,28 @@ func ScanConfDir(dir string) ([]Candidate, error) {
 	sort.Strings(files)
 	out := make([]Candidate, 0, len(files))
 	for _, f := range files {
-		out = append(out, loadCandidate(f))
+		out = append(out, loadSettled(f))
 	}
 	return out, nil
+}
+
+// A file written in place (truncated, then written: consul-k8s's installer
+// writes the list so) is empty or partial for a moment. inPlaceWindow is
+// how recently an invalid file must have been modified to be read again,
+// every restoreDebounce, before it is judged invalid.
+const inPlaceWindow = 100 * time.Millisecond
+
+// loadSettled loads path, reading it again while it is invalid and was
+// modified within inPlaceWindow: a pass that follows a write in place by
+// restoreDebounce never takes a list being written for a broken one (and
+// chains another network instead).
+func loadSettled(path string) Candidate {
+	c := loadCandidate(path)
+	for i := 0; !c.Valid() && i < int(inPlaceWindow/restoreDebounce) && modifiedWithin(path, inPlaceWindow); i++ {
+		time.Sleep(restoreDebounce)
+		c = loadCandidate(path)
+	}
+	return c
 }
 
 func loadCandidate(path string) Candidate {

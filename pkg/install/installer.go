@@ -64,6 +64,11 @@ type Config struct {
 	// PodAlive tells whether the pod another installer's token is bound to
 	// still runs (see token.go); nil without API access.
 	PodAlive PodAlive
+	// PodGone tells whether a pod no longer exists at all (being deleted
+	// does not count): consul-k8s's entry stays until its installer's pod
+	// is gone or its cleanup removed it (foreign.go). nil without API
+	// access.
+	PodGone PodGone
 	// Recheck is how soon Run looks again while another live installer's
 	// token is in the plugin's token file.
 	Recheck time.Duration
@@ -295,6 +300,9 @@ func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult
 			st.Wrote = append(st.Wrote, "convert "+filepath.Base(p.Path))
 			in.cfg.Metrics.wrote(WroteConvert)
 			continue
+		}
+		if in.keepsForeignEntry(ctx, p, &st) {
+			return st, nil
 		}
 		changed, pluginDir, err := in.chainList(p, entry)
 		st.PluginDir = pluginDir

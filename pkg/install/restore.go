@@ -9,14 +9,16 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
-// restoreDebounce is how soon a pass follows an event that can only mean
+// restoreDebounce is how soon a pass follows an event that can mean
 // something of the installation was taken away: one of our files removed
 // or renamed away, or a network configuration replaced by a rename (an
-// atomic write, complete when the event arrives). Another installer
-// cleaning up on its way out (consul-k8s's install-cni removes the
-// consul-cni entry, the binary and the kubeconfig on SIGTERM) is the case
-// it is for: new sandboxes are created without the plugin until the pass
-// puts everything back. Every other event waits Config.Debounce for its
+// atomic write, complete when the event arrives) or written in place.
+// Another installer cleaning up on its way out is the case it is for:
+// consul-k8s's install-cni, on SIGTERM, removes its consul-cni entry by
+// writing the list in place, then removes the binary and its kubeconfig;
+// new sandboxes are created without the plugin until the pass puts
+// everything back. A list read while it is being written in place is read
+// again (loadSettled). Every other event waits Config.Debounce for its
 // writer to finish.
 const restoreDebounce = 5 * time.Millisecond
 
@@ -31,7 +33,7 @@ func (in *Installer) debounceFor(ev fsnotify.Event) time.Duration {
 			return restoreDebounce
 		}
 	}
-	if ev.Has(fsnotify.Create) && dir == filepath.Clean(in.cfg.NetDir) {
+	if (ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write)) && dir == filepath.Clean(in.cfg.NetDir) {
 		for _, ext := range configExtensions {
 			if filepath.Ext(base) == ext {
 				return restoreDebounce

@@ -25,7 +25,9 @@ func TestDebounceFor(t *testing.T) {
 		{filepath.Join(n.net, cniconf.KubeconfigFileName), fsnotify.Remove, restoreDebounce},
 		{filepath.Join(n.net, cniconf.TokenFileName), fsnotify.Rename, restoreDebounce},
 		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Create, restoreDebounce},
-		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Write, time.Second},
+		{filepath.Join(n.net, "10-kindnet.conflist"), fsnotify.Write, restoreDebounce},
+		{filepath.Join(n.net, "10-kindnet.conf"), fsnotify.Write, restoreDebounce},
+		{filepath.Join(n.net, cniconf.OwnerFileName), fsnotify.Write, time.Second},
 		{filepath.Join(n.net, "10-kindnet.conflist.install-cni.tmp"), fsnotify.Create, time.Second},
 		{filepath.Join(n.net, "kindnet", "zzz-consul-cni.conf"), fsnotify.Remove, time.Second},
 	} {
