@@ -35,7 +35,10 @@ import (
 //     plugin by its type: installBinary keeps ours at that path, and
 //     consul-k8s's installer copies its own only when it starts), and its
 //     kubeconfig is consul-k8s's, which authenticates as consul-k8s's CNI
-//     service account (allowed to get and patch pods);
+//     service account (allowed to get and patch pods); in the moment
+//     between consul-k8s's installer appending the entry and writing that
+//     kubeconfig, the plugin uses ours (plugin.ResolveKubeconfig), so no
+//     pod passes for want of a kubeconfig;
 //   - our entry goes in once consul-k8s's installer has gone: its SIGTERM
 //     cleanup removes its entry (a write in place, to which Run answers
 //     within restoreDebounce), or its pod is gone without a cleanup (its

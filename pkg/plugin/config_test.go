@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,6 +144,42 @@ func TestResolveKubeconfig(t *testing.T) {
 	}
 	if _, err := ResolveKubeconfig("/etc/cni/net.d", ""); err == nil || !strings.Contains(err.Error(), `"kubeconfig"`) {
 		t.Fatalf("empty name: %v", err)
+	}
+}
+
+// consul-k8s's kubeconfig names resolve to our installer's kubeconfig
+// when nothing of consul-k8s's is there; other names never do.
+func TestResolveKubeconfigFallsBackToOurs(t *testing.T) {
+	ck := cniconf.ConsulK8sKubeconfigFileName
+	for _, tc := range []struct {
+		name, kubeconfig string
+		files            []string
+		want             string // base name, "" for ErrNoKubeconfig
+	}{
+		{"consul-k8s's entry before its kubeconfig", ck + "-uid", []string{cniconf.KubeconfigFileName}, cniconf.KubeconfigFileName},
+		{"consul-k8s's NetworkAttachmentDefinition", ck, []string{cniconf.KubeconfigFileName}, cniconf.KubeconfigFileName},
+		{"consul-k8s's kubeconfig there", ck, []string{cniconf.KubeconfigFileName, ck + "-uid"}, ck + "-uid"},
+		{"neither", ck, nil, ""},
+		{"another name", "other-kubeconfig", []string{cniconf.KubeconfigFileName}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tc.files {
+				if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := ResolveKubeconfig(dir, tc.kubeconfig)
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoKubeconfig) {
+					t.Fatalf("got %q, %v; want ErrNoKubeconfig", got, err)
+				}
+				return
+			}
+			if err != nil || got != filepath.Join(dir, tc.want) {
+				t.Fatalf("got %q, %v; want %s", got, err, tc.want)
+			}
+		})
 	}
 }
 

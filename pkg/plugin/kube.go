@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
 // ErrNoKubeconfig means the configured kubeconfig does not exist at all (in
@@ -23,8 +24,24 @@ var ErrNoKubeconfig = errors.New("no kubeconfig found")
 // plugin does: dir/name when it is a regular file, otherwise the most
 // recently modified regular file dir/name-* (installers that version the
 // file write a new one and remove the old). An absolute name is used as it
-// is.
+// is. A consul-k8s name (ZZZ-consul-cni-kubeconfig, possibly with a suffix)
+// that resolves to nothing falls back to the kubeconfig this project's
+// installer writes in dir, when it is there: our installer serves the
+// entry consul-k8s's installer appends before that installer has written
+// its kubeconfig, and the attachments of consul-k8s's
+// NetworkAttachmentDefinition, which names its kubeconfig by the bare name.
 func ResolveKubeconfig(dir, name string) (string, error) {
+	path, err := resolveKubeconfig(dir, name)
+	if errors.Is(err, ErrNoKubeconfig) && !filepath.IsAbs(name) && strings.HasPrefix(name, cniconf.ConsulK8sKubeconfigFileName) {
+		ours := filepath.Join(dir, cniconf.KubeconfigFileName)
+		if st, serr := os.Stat(ours); serr == nil && st.Mode().IsRegular() {
+			return ours, nil
+		}
+	}
+	return path, err
+}
+
+func resolveKubeconfig(dir, name string) (string, error) {
 	if name == "" {
 		return "", errors.New("no kubeconfig is configured (key \"kubeconfig\" of the consul-cni entry in the conflist)")
 	}
