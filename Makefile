@@ -63,7 +63,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-unit test-privileged test-corpus test-integration \
-	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
 all: build
@@ -170,6 +170,10 @@ MONITORING_TESTS := ^(TestAlertRulesOnData|TestAlertRules|TestRunbook|TestDashbo
 test-monitoring: toolchain promtool
 	cd tests/suites/manifests && CCR_PROMTOOL=$$(command -v promtool || echo promtool-not-installed) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
 
+## docs: write docs/reference/flags.md from the commands' --help (tests/suites/cli fails when it differs)
+docs: toolchain
+	CCR_UPDATE_DOCS=1 $(GOTEST) -count=1 -run '^TestFlagsReference$$' ./tests/suites/cli
+
 ## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/suites/manifests/dashboard,
 ## Grafana Foundation SDK); test-monitoring fails when the shipped file differs
 dashboard: toolchain
@@ -177,7 +181,7 @@ dashboard: toolchain
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the base overlay and the chart on two real nodes,
-## the README's local walkthrough with kubectl
+## the local walkthrough of docs/demo.md with kubectl
 test-manifests-integration: deps kube-bins node-bins helm
 	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 

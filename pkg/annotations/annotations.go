@@ -54,7 +54,7 @@ const (
 	TProxyStatusCompleted = "completed"
 )
 
-// Names this project adds. They are documented in the README and must not
+// Names this project adds. They are documented in docs/reference/names.md and must not
 // change without a migration note.
 const (
 	// LabelCNIReady is the node label set to LabelCNIReadyValue once the

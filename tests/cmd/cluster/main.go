@@ -130,7 +130,7 @@ func run(o *options) error {
 			fmt.Printf("simulated nodes (images they run as programs: podprog, %s; others idle):\n%s\n",
 				strings.Join(simnode.ManifestImages, ", "), strings.Join(nodes, "\n"))
 		}
-		fmt.Printf("kubectl v1.37.2: %s (make kubectl); a walkthrough: README.md, \"A walkthrough on the local cluster\"\n",
+		fmt.Printf("kubectl v1.37.2: %s (make kubectl); a walkthrough: docs/demo.md, \"A walkthrough on the local cluster\"\n",
 			filepath.Join(cluster.KubeBinDir(), "kubectl"))
 		fmt.Println("\nrunning; press Ctrl-C to stop")
 		<-ctx.Done()

@@ -15,7 +15,7 @@
 //   - on deletion, containers are stopped within the grace period, CNI DEL
 //     runs, the namespace is removed and the pod is finalized.
 //
-// See ARCHITECTURE.md "Simulated nodes" for volumes, path rebasing,
+// See docs/design/test-harness.md "Simulated nodes" for volumes, path rebasing,
 // KUBECONFIG and probes.
 package simnode
 

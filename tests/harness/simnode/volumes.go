@@ -446,7 +446,7 @@ func writeAtomic(file string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp, file)
 }
 
-// rebaser rewrites container paths into node paths (see ARCHITECTURE.md).
+// rebaser rewrites container paths into node paths (see docs/design/test-harness.md).
 type rebaser struct {
 	mounts    []mapping // volume mounts and the termination message file, longest first
 	hostPaths []mapping // hostPath volume paths, longest first

@@ -540,7 +540,7 @@ func rbacOf(tb testing.TB, objs []*unstructured.Unstructured, saNamespace, saNam
 }
 
 // TestRBAC checks, per overlay, that each identity is granted exactly the
-// permissions ARCHITECTURE.md lists: nothing missing, nothing more.
+// permissions docs/design/deployment.md lists: nothing missing, nothing more.
 func TestRBAC(t *testing.T) {
 	for _, ov := range overlayNames() {
 		t.Run(ov, func(t *testing.T) {

@@ -72,11 +72,11 @@ func TestCheckQueryRejects(t *testing.T) {
 		`sum(rate(consul_cni_repair_pods_repaired_total[5m])`:                      "parse",
 		`sum(rate(consul_cni_repair_pods_repaired_total[$__rate_interval]))`:       "parse", // not substituted
 		`sum(rate(consul_cni_repair_pods_repaired_total[$range]))`:                 "parse",
-		`sum(rate(consul_cni_repair_pods_repairs_total[5m]))`:                      "not in ARCHITECTURE.md",
+		`sum(rate(consul_cni_repair_pods_repairs_total[5m]))`:                      "not in docs/reference/metrics.md",
 		`sum(rate(consul_cni_repair_pods_repaired_total{reason="x"}[5m]))`:         `no label "reason"`,
 		`sum(rate(consul_cni_repair_pods_repaired_total{result="succeeded"}[5m]))`: "value not among",
 		`sum by (node) (rate(consul_cni_repair_pods_repaired_total[5m]))`:          `label "node"`,
-		`histogram_quantile(0.9, rate(consul_cni_repair_leader_bucket[5m]))`:       "not in ARCHITECTURE.md",
+		`histogram_quantile(0.9, rate(consul_cni_repair_leader_bucket[5m]))`:       "not in docs/reference/metrics.md",
 		`{action="evict"}`: "names no metric",
 	}
 	for q, want := range bad {

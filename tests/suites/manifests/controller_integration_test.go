@@ -297,7 +297,7 @@ func webOutsideMesh(ctx context.Context, c *cluster.Cluster, ns string) ([]corev
 // startup taint; in audit it is left as it is), a ReplicaSet pod that bypassed the CNI gets the overlay's
 // action (or none, in audit), a bare one is only reported. Its /metrics is
 // then scraped: every metric a dashboard panel or an alert names must be
-// exported, with exactly the labels ARCHITECTURE.md lists.
+// exported, with exactly the labels docs/reference/metrics.md lists.
 func TestControllerUnderManifests(t *testing.T) {
 	bin := repairBinary(t)
 	c := cluster.Shared(t)

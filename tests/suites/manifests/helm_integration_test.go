@@ -221,7 +221,7 @@ func uninstallRelease(t *testing.T, helm *helmCLI, c *cluster.Cluster, a *applie
 }
 
 // privilegedNamespace is a fresh namespace labelled for the installer's
-// hostPath volumes, as the README tells users to create it.
+// hostPath volumes, as the README and docs/install.md tell users to create it.
 func privilegedNamespace(t *testing.T, c *cluster.Cluster) string {
 	t.Helper()
 	ns := c.Namespace(t)

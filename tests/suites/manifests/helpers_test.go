@@ -20,7 +20,7 @@ import (
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 )
 
-// Names of the deployment, as ARCHITECTURE.md fixes them.
+// Names of the deployment, as docs/design/deployment.md fixes them.
 const (
 	namespace           = "consul-cni-repair"
 	controllerName      = "consul-cni-repair"
@@ -154,7 +154,12 @@ func gvkOf(u *unstructured.Unstructured) schema.GroupVersionKind {
 	return u.GroupVersionKind()
 }
 
-// metricSpec is one row of ARCHITECTURE.md's controller metrics table.
+// metricsReference is the page whose "Controller metrics" table is the
+// metrics contract.
+const metricsReference = "docs/reference/metrics.md"
+
+// metricSpec is one row of the controller metrics table of
+// docs/reference/metrics.md.
 type metricSpec struct {
 	Name   string // full name, or a prefix when Prefix
 	Prefix bool   // the row names a family (`consul_cni_repair_workqueue_*`)
@@ -168,11 +173,12 @@ var (
 	rowLabel = regexp.MustCompile("`([a-zA-Z_][a-zA-Z0-9_]*)`(?:\\s*\\(([^)]*)\\))?")
 )
 
-// architectureMetrics reads the metrics table of ARCHITECTURE.md, the
-// contract between the controller and its dashboard and alerts.
+// architectureMetrics reads the controller metrics table of
+// docs/reference/metrics.md, the contract between the controller and its
+// dashboard and alerts.
 func architectureMetrics(tb testing.TB) []metricSpec {
 	tb.Helper()
-	path := filepath.Join(testbin.RepoRoot(), "ARCHITECTURE.md")
+	path := filepath.Join(testbin.RepoRoot(), metricsReference)
 	f, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)

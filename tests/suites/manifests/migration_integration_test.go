@@ -33,10 +33,10 @@ import (
 // stopped (its cleanup run) beside ours.
 const migrationTrials = 10
 
-// TestMigrationFromConsulK8sOnSimulatedNode follows the README's switch
+// TestMigrationFromConsulK8sOnSimulatedNode follows the switch of docs/install.md
 // from consul-k8s's CNI: our installer DaemonSet and the controller (base
 // overlay) run beside a stand-in of consul-k8s's CNI DaemonSet, which is
-// then stopped with the README's patch; its pod's cleanup removes the
+// then stopped with that page's patch; its pod's cleanup removes the
 // entry, the binary and the kubeconfig, and ours restores them. Meanwhile
 // a loop creates sandboxes for an injected pod through the node's real
 // conflist as fast as it can, and counts those created without consul-cni
@@ -137,7 +137,7 @@ func addContainerArgs(t *testing.T, o *unstructured.Unstructured, args ...string
 }
 
 // pausedLabel is a node label no node has: a DaemonSet selecting it runs
-// nowhere (the README's way of stopping consul-k8s's CNI DaemonSet).
+// nowhere (the docs' way of stopping consul-k8s's CNI DaemonSet).
 const pausedLabel = "consul-cni-repair.io/no-node"
 
 // pauseDaemonSet stops (paused) or restarts a DaemonSet's pods with a
@@ -305,7 +305,7 @@ func chainComplete(node *simnode.Node) bool {
 	return true
 }
 
-// stopStandInDuringSandboxes stops the stand-in (README step 2) while a
+// stopStandInDuringSandboxes stops the stand-in (step 2 of docs/install.md) while a
 // loop creates sandboxes for probe as fast as it can and another polls the
 // chain; it returns the gap between the first incomplete and the next
 // complete chain, and the loop's sandboxes, once the stand-in's pod is gone

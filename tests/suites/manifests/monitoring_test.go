@@ -20,7 +20,7 @@ import (
 
 // TestDashboardQueries parses every panel's PromQL with Prometheus' parser
 // (after Grafana's substitution of $__rate_interval and friends) and checks
-// each metric, label and label value against ARCHITECTURE.md's table.
+// each metric, label and label value against docs/reference/metrics.md's table.
 func TestDashboardQueries(t *testing.T) {
 	specs := architectureMetrics(t)
 	d, cmLabels := dashboardFromBuild(t, buildOverlay(t, "base"))
@@ -66,7 +66,7 @@ func TestDashboardQueries(t *testing.T) {
 		}
 		spec, ok := lookupMetric(specs, metric)
 		if !ok {
-			t.Errorf("variable %s: metric %s is not in ARCHITECTURE.md's metrics table", v.Name, metric)
+			t.Errorf("variable %s: metric %s is not in docs/reference/metrics.md's metrics table", v.Name, metric)
 		} else if _, ok := spec.Labels[label]; !ok {
 			t.Errorf("variable %s: %s has no label %q", v.Name, metric, label)
 		}

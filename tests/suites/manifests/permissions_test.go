@@ -81,7 +81,7 @@ func wantInstaller() permSet {
 }
 
 // wantController is everything the controller's identity may do with an
-// overlay, as ARCHITECTURE.md states it.
+// overlay, as docs/design/deployment.md states it.
 func wantController(overlay string) permSet { return wantControllerIn(overlay, namespace) }
 
 // wantControllerIn is wantController for the manifests installed in

@@ -70,7 +70,7 @@ func checkQuery(specs []metricSpec, expr string) (queryUse, error) {
 		}
 		spec, ok := lookupMetric(specs, name)
 		if !ok {
-			errs = append(errs, fmt.Sprintf("metric %s is not in ARCHITECTURE.md's metrics table", name))
+			errs = append(errs, fmt.Sprintf("metric %s is not in docs/reference/metrics.md's metrics table", name))
 			return nil
 		}
 		for _, m := range vs.LabelMatchers {

@@ -93,7 +93,7 @@ func cutSlash(s string) (string, string, bool) {
 
 // TestRBACImpersonated applies each overlay's RBAC to the real API server and
 // proves, as each ServiceAccount (impersonated), that it holds exactly the
-// permissions ARCHITECTURE.md lists for that overlay, then makes the calls
+// permissions docs/design/deployment.md lists for that overlay, then makes the calls
 // that matter for real (server-side dry run where they would destroy).
 func TestRBACImpersonated(t *testing.T) {
 	c := cluster.Shared(t)

@@ -41,7 +41,7 @@ func (r realDirs) BinDir() string  { return r.n.CNIBinDir() }
 // (through its hostPaths), the controller's replicas run from theirs, one
 // leads and labels and untaints every node, and an injected pod on each
 // node gets its redirection from the plugin, which marks it complete. Then
-// the README's removal: the uninstall overlay's removers clean every node,
+// the removal of docs/operate.md: the uninstall overlay's removers clean every node,
 // the label and taint go, the overlay is deleted, and every node still
 // starts a plain pod.
 func TestManifestsOnRealNodes(t *testing.T) {

@@ -28,7 +28,7 @@ func isExported(fams map[string]*dto.MetricFamily, series string) bool {
 func checkFamily(specs []metricSpec, f *dto.MetricFamily) error {
 	spec, ok := lookupMetric(specs, f.GetName())
 	if !ok {
-		return fmt.Errorf("exported metric %s is not in ARCHITECTURE.md's metrics table", f.GetName())
+		return fmt.Errorf("exported metric %s is not in docs/reference/metrics.md's metrics table", f.GetName())
 	}
 	if spec.Prefix {
 		return nil // a family of client-go metrics; the table lists its label only as a hint

@@ -26,7 +26,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
-// TestRemoveOnSimulatedNodes follows the README's "Removing" section on two
+// TestRemoveOnSimulatedNodes follows the "Removing" section of docs/operate.md on two
 // simulated nodes running the base: apply overlays/uninstall, wait
 // for the DaemonSet's rollout (each remover Ready once its node is clean)
 // and for the nodes to lose the readiness label and the startup taint (put

@@ -89,7 +89,7 @@ func TestUninstallHookObjects(t *testing.T) {
 	var job batchv1.Job
 	decodeStrict(t, find(t, hooks, "Job", "consul-cni-uninstall"), &job)
 	c := job.Spec.Template.Spec.Containers[0]
-	wantArgs := []string{"uninstall-all", "--namespace=" + namespace, "--daemonset=" + installerName, "--host-cni-net-dir=/etc/cni/net.d", "--timeout=10m"}
+	wantArgs := []string{"uninstall-all", "--namespace=" + namespace, "--daemonset=" + installerName, "--host-cni-net-dir=/etc/cni/net.d", "--timeout=4m"}
 	if !slices.Equal(c.Args, wantArgs) || !slices.Equal(c.Command, []string{"consul-cni-installer"}) {
 		t.Errorf("job command %v args %v, want %v", c.Command, c.Args, wantArgs)
 	}

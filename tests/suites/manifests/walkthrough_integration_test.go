@@ -37,24 +37,24 @@ func walkthroughKubectl(t *testing.T) string {
 	return p
 }
 
-// TestREADMELocalWalkthrough runs the README's local walkthrough as written,
-// extracted from README.md, with kubectl on a local cluster started like
+// TestLocalWalkthrough runs the local walkthrough as written, extracted
+// from docs/demo.md, with kubectl on a local cluster started like
 // `make cluster NODES=2` (its own control plane, the Prometheus Operator
 // CRDs, two simulated nodes running the project's programs for the
-// manifests' images), then checks what the README says happens: the audit
+// manifests' images), then checks what the page says happens: the audit
 // reports the pod made to bypass (WouldRepair) without touching it, the
 // evict overlay evicts it (BypassedCNI), and its replacement is meshed.
-func TestREADMELocalWalkthrough(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "README.md"))
+func TestLocalWalkthrough(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), walkthroughPage))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, err := walkthroughBlocks(readme)
+	blocks, err := walkthroughBlocks(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(blocks) == 0 {
-		t.Fatalf("README.md has no %s block", walkthroughMarker)
+		t.Fatalf("%s has no %s block", walkthroughPage, walkthroughMarker)
 	}
 	kubectl := walkthroughKubectl(t)
 	c, kubeconfig := startLocalCluster(t, 2)
@@ -68,7 +68,7 @@ func TestREADMELocalWalkthrough(t *testing.T) {
 	})
 	t.Logf("walkthrough:\n%s", out)
 	if err != nil {
-		t.Fatalf("the README's local walkthrough failed: %v", err)
+		t.Fatalf("the local walkthrough of %s failed: %v", walkthroughPage, err)
 	}
 	checkWalkthroughOutcome(t, c, out)
 }

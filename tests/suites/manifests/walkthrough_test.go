@@ -14,8 +14,11 @@ import (
 )
 
 // walkthroughMarker precedes, on a line of its own, each ```sh block of the
-// README that belongs to the local walkthrough.
+// walkthrough page that belongs to the local walkthrough.
 const walkthroughMarker = "<!-- local-walkthrough -->"
+
+// walkthroughPage is the page that holds the local walkthrough.
+const walkthroughPage = "docs/demo.md"
 
 // The namespace and app of docs/examples/local-cluster.
 const (
@@ -23,10 +26,10 @@ const (
 	exampleApp       = "web"
 )
 
-// walkthroughBlocks returns the README's local-walkthrough blocks, in order.
-func walkthroughBlocks(readme []byte) ([]string, error) {
+// walkthroughBlocks returns the page's local-walkthrough blocks, in order.
+func walkthroughBlocks(page []byte) ([]string, error) {
 	var blocks []string
-	sc := bufio.NewScanner(bytes.NewReader(readme))
+	sc := bufio.NewScanner(bytes.NewReader(page))
 	line := 0
 	next := func() (string, bool) {
 		ok := sc.Scan()
@@ -43,12 +46,12 @@ func walkthroughBlocks(readme []byte) ([]string, error) {
 		}
 		at := line
 		if l, ok = next(); !ok || strings.TrimSpace(l) != "```sh" {
-			return nil, fmt.Errorf("README.md:%d: %s is not followed by a ```sh block", at, walkthroughMarker)
+			return nil, fmt.Errorf("%s:%d: %s is not followed by a ```sh block", walkthroughPage, at, walkthroughMarker)
 		}
 		var b strings.Builder
 		for {
 			if l, ok = next(); !ok {
-				return nil, fmt.Errorf("README.md:%d: the block after %s never ends", at, walkthroughMarker)
+				return nil, fmt.Errorf("%s:%d: the block after %s never ends", walkthroughPage, at, walkthroughMarker)
 			}
 			if strings.TrimSpace(l) == "```" {
 				break
@@ -61,7 +64,7 @@ func walkthroughBlocks(readme []byte) ([]string, error) {
 }
 
 func TestWalkthroughBlocksExtracted(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "README.md"))
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), walkthroughPage))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +75,7 @@ func TestWalkthroughBlocksExtracted(t *testing.T) {
 	all := strings.Join(blocks, "")
 	for _, want := range []string{"manifests/overlays/audit", "docs/examples/local-cluster", "bypass.sh", repair.EventWouldRepair, "manifests/base", repair.EventBypassedCNI} {
 		if !strings.Contains(all, want) {
-			t.Errorf("the README's local walkthrough (%d blocks) never mentions %q", len(blocks), want)
+			t.Errorf("the local walkthrough of %s (%d blocks) never mentions %q", walkthroughPage, len(blocks), want)
 		}
 	}
 	if _, err := walkthroughBlocks([]byte(walkthroughMarker + "\n```\nls\n```\n")); err == nil {

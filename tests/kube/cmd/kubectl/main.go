@@ -1,6 +1,6 @@
 // Command kubectl is the upstream kubectl, built from the k8s.io/kubectl
 // module for users of the project's local cluster (`make cluster`) and for
-// the test that runs the README's local walkthrough.
+// the test that runs the local walkthrough of docs/demo.md.
 package main
 
 import (
