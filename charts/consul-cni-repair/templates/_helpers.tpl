@@ -22,12 +22,25 @@
 {{- end }}
 
 {{/* A file of manifests/base as it is (symbolic link under files/), each
-object labelled app.kubernetes.io/part-of like the kustomize build. For
+object labelled app.kubernetes.io/part-of like the kustomize build, and
+with Helm's standard labels (helmLabels). For
 cluster-scoped objects without labels of their own (the admission policies). */}}
 {{- define "consul-cni-repair.baseFile" -}}
 {{- $text := .root.Files.Get .path }}
 {{- if not $text }}
 {{- fail (printf "%s: missing or empty" .path) }}
 {{- end }}
-{{- $text | replace "\nmetadata:\n" "\nmetadata:\n  labels:\n    app.kubernetes.io/part-of: consul-cni-repair\n" }}
+{{- $labels := printf "app.kubernetes.io/part-of: consul-cni-repair\n%s" (include "consul-cni-repair.helmLabels" .root) }}
+{{- $text | replace "\nmetadata:\n" (printf "\nmetadata:\n  labels:\n%s\n" ($labels | indent 4)) }}
+{{- end }}
+
+{{/* The labels Helm's conventions add to every object and pod template,
+beside app.kubernetes.io/{name,component,part-of}, which the kustomize
+build has too. Selectors keep app.kubernetes.io/name alone: they are
+immutable, and the objects' names are fixed (one release per cluster). */}}
+{{- define "consul-cni-repair.helmLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
 {{- end }}

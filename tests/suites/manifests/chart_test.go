@@ -295,7 +295,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 	for name, p := range chartProfiles {
 		t.Run(name, func(t *testing.T) {
 			want := kustomizeProfile(t, p)
-			got := renderChart(t, chartValues(t, profileFiles(p), "namespace.create=true"))
+			got := withoutHelmLabels(renderChart(t, chartValues(t, profileFiles(p), "namespace.create=true")))
 			kust := "kustomize " + p.overlay
 			if p.component != "" {
 				kust += " + components/" + p.component
@@ -309,9 +309,80 @@ func TestChartMatchesKustomize(t *testing.T) {
 					noNS = append(noNS, o)
 				}
 			}
-			got = renderChart(t, chartValues(t, profileFiles(p)))
+			got = withoutHelmLabels(renderChart(t, chartValues(t, profileFiles(p))))
 			compareObjects(t, "helm template (namespace.create=false)", got, "kustomize less its Namespace", noNS)
 		})
+	}
+}
+
+// helmLabels are the labels Helm's conventions put on every object and pod
+// template of a chart, which a kustomize build has no equivalent of (the
+// release, the chart's version, the tool that manages the objects):
+// TestChartMatchesKustomize compares the objects without them, and
+// TestChartStandardLabels checks them.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"}
+
+// withoutHelmLabels returns copies of objs without helmLabels on the
+// objects and their pod templates.
+func withoutHelmLabels(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		c := o.DeepCopy()
+		for _, path := range [][]string{{"metadata", "labels"}, {"spec", "template", "metadata", "labels"}} {
+			labels, ok, _ := unstructured.NestedStringMap(c.Object, path...)
+			if !ok {
+				continue
+			}
+			for _, k := range helmLabels {
+				delete(labels, k)
+			}
+			if len(labels) == 0 {
+				unstructured.RemoveNestedField(c.Object, path...)
+			} else {
+				_ = unstructured.SetNestedStringMap(c.Object, labels, path...)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestChartStandardLabels: every object, hook and pod template of every
+// profile carries Helm's standard labels with the release's values, and no
+// selector names a label that changes between releases or versions.
+func TestChartStandardLabels(t *testing.T) {
+	want := map[string]string{
+		"helm.sh/chart":                "consul-cni-repair-0.1.0",
+		"app.kubernetes.io/instance":   "consul-cni-repair",
+		"app.kubernetes.io/managed-by": "Helm",
+		"app.kubernetes.io/version":    "v0.1.0",
+	}
+	for name, p := range chartProfiles {
+		vals := chartValues(t, profileFiles(p), "namespace.create=true", "nodeStartupTaint.enabled=true")
+		objs, hooks, err := helmRender(chartDir(t), namespace, vals)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, o := range append(objs, hooks...) {
+			paths := [][]string{{"metadata", "labels"}}
+			if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "template", "metadata"); ok {
+				paths = append(paths, []string{"spec", "template", "metadata", "labels"})
+			}
+			for _, path := range paths {
+				labels, _, _ := unstructured.NestedStringMap(o.Object, path...)
+				for k, v := range want {
+					if labels[k] != v {
+						t.Errorf("%s: %s %s: .%s[%s] = %q, want %q", name, o.GetKind(), o.GetName(), strings.Join(path, "."), k, labels[k], v)
+					}
+				}
+			}
+			sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+			for _, k := range helmLabels {
+				if _, ok := sel[k]; ok {
+					t.Errorf("%s: %s %s selects by %s, which changes with the release or version", name, o.GetKind(), o.GetName(), k)
+				}
+			}
+		}
 	}
 }
 

@@ -42,7 +42,7 @@ func TestUninstallHookPatchMatchesOverlay(t *testing.T) {
 	}
 	for name, objs := range map[string][]*unstructured.Unstructured{
 		"kustomize base": buildOverlay(t, "base"),
-		"chart":          renderChart(t, chartValues(t, nil)),
+		"chart":          withoutHelmLabels(renderChart(t, chartValues(t, nil))),
 	} {
 		src, err := json.Marshal(find(t, objs, "DaemonSet", installerName).Object)
 		if err != nil {
