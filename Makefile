@@ -23,8 +23,12 @@ export CGO_ENABLED := 0
 export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 BIN         := bin
 CACHE       := .cache
+# The control plane and node binaries live once per user (hack/bin-cache.sh), keyed by these files and the Go
+# toolchain; KUBE_BIN and NODE_BIN link there.
 KUBE_BIN    := $(CACHE)/kube/bin
 NODE_BIN    := $(CACHE)/node/bin
+KUBE_SOURCES := tests/kube/go.mod tests/kube/go.sum hack/build-kube.sh
+NODE_SOURCES := $(KUBE_SOURCES) tests/node/go.mod tests/node/go.sum hack/build-node.sh
 CNI_BIN     := $(CACHE)/cni/bin
 NODES       ?= 1
 GOTEST      ?= $(GO) test
@@ -117,16 +121,16 @@ deps: toolchain
 
 ## kube-bins: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl v1.37.2 (cold: ~15 min on 2 cores)
 kube-bins: toolchain
-	@./hack/build-kube.sh $(abspath $(KUBE_BIN))
+	@d=$$(./hack/bin-cache.sh $(KUBE_BIN) kube $(KUBE_SOURCES)) && flock "$$d.lock" ./hack/build-kube.sh "$$d"
 
 ## node-bins: what a real test node runs (tests/harness/realnode): containerd, ctr, containerd-shim-runc-v2 and runc
 ## (tests/node/go.mod), kubelet v1.37.2 (tests/kube); installs libseccomp-dev (cold: ~5 min with a warm kube cache)
 node-bins: toolchain
-	@./hack/build-node.sh $(abspath $(NODE_BIN))
+	@d=$$(./hack/bin-cache.sh $(NODE_BIN) node $(NODE_SOURCES)) && flock "$$d.lock" ./hack/build-node.sh "$$d"
 
 ## kubectl: kubectl v1.37.2 (k8s.io/kubectl) into .cache/kube/bin, for the local cluster (make cluster)
 kubectl: toolchain
-	@./hack/build-kube.sh $(abspath $(KUBE_BIN)) kubectl
+	@d=$$(./hack/bin-cache.sh $(KUBE_BIN) kube $(KUBE_SOURCES)) && flock "$$d.lock" ./hack/build-kube.sh "$$d" kubectl
 
 ## cni-bins: reference CNI plugins pinned in go.mod
 cni-bins: toolchain

@@ -4,8 +4,9 @@
 # the runtime-default profile), pinned as tools in tests/node/go.mod, and
 # kubelet from tests/kube (the module and flags of the control plane, so the
 # compiled Kubernetes packages are shared; hack/build-kube.sh). libseccomp-dev
-# is installed with apt-get when missing. A binary newer than its module's
-# go.mod and go.sum is kept: a rerun with everything built takes seconds.
+# is installed with apt-get when missing. OUTDIR is keyed by what the binaries
+# are built from (hack/bin-cache.sh, run by the Makefile), so a binary found
+# there is kept: a rerun with everything built takes seconds.
 # Cold: containerd ~3 min, runc ~1, kubelet ~1 with a warm control-plane cache.
 set -euo pipefail
 # No cgo unless a build asks for it (runc), as the Makefile sets for every
@@ -17,9 +18,9 @@ out=$(cd "$out" && pwd)
 hack=$(cd "$(dirname "$0")" && pwd)
 node_mod="$hack/../tests/node"
 
-# fresh BIN MODULE_DIR: BIN exists and is newer than the module's go.mod/go.sum.
+# fresh BIN: BIN was built into this keyed directory.
 fresh() {
-	[ -x "$out/$1" ] && [ "$out/$1" -nt "$2/go.mod" ] && [ "$out/$1" -nt "$2/go.sum" ]
+	[ -x "$out/$1" ]
 }
 
 # build NAME PACKAGE [GO BUILD FLAGS...] (run inside the module)
@@ -38,10 +39,10 @@ cd "$node_mod"
 containerd_version=$(go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 ctrd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}"
 for c in containerd ctr containerd-shim-runc-v2; do
-	fresh "$c" "$node_mod" || build "$c" "github.com/containerd/containerd/v2/cmd/$c" \
+	fresh "$c" || build "$c" "github.com/containerd/containerd/v2/cmd/$c" \
 		-tags no_btrfs -ldflags "$ctrd_ldflags"
 done
-if ! fresh runc "$node_mod"; then
+if ! fresh runc; then
 	"$hack/apt-install.sh" /usr/include/seccomp.h=libseccomp-dev gcc=gcc /usr/include/stdio.h=libc6-dev pkg-config=pkg-config
 	CGO_ENABLED=1 build runc github.com/opencontainers/runc -tags seccomp -ldflags "-s -w"
 fi
