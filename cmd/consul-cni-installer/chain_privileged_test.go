@@ -21,6 +21,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -74,12 +75,13 @@ func copyFile(t *testing.T, src, dst string) {
 }
 
 // sandbox creates a pod network namespace and runs ADD of the runtime's
-// network for it through libcni, as containerd does at sandbox creation.
-func sandbox(t *testing.T, r *testnet.Range, binDir, netDir, name string, args ...[2]string) (*testnet.Netns, netip.Addr) {
+// network for it through libcni, with the plugins running in the node's
+// namespace, as containerd does at sandbox creation.
+func sandbox(t *testing.T, r *testnet.Range, node *testnet.Netns, binDir, netDir, name string, args ...[2]string) (*testnet.Netns, netip.Addr) {
 	t.Helper()
 	l := runtimeNetwork(t, netDir)
 	ns := r.NewNetns(t, name)
-	cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+	cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), cnichain.NodeExec(node.Path, nil))
 	rt := &libcni.RuntimeConf{ContainerID: "ctr-" + name, NetNS: ns.Path, IfName: "eth0",
 		Args: append([][2]string{{"IgnoreUnknown", "1"}}, args...)}
 	res, err := cni.AddNetworkList(context.Background(), l, rt)
@@ -168,6 +170,7 @@ func TestInstallerRealChain(t *testing.T) {
 		copyFile(t, filepath.Join(refDir, p), filepath.Join(binDir, p))
 	}
 	subnet := r.Subnet4(3, 24)
+	node := r.NewNode(t, "node", subnet)
 	primary := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"primary","type":"ptp","ipMasq":false,"mtu":1500,
  "ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}]}}`,
 		filepath.Join(root, "ipam"), subnet.String())
@@ -180,7 +183,7 @@ func TestInstallerRealChain(t *testing.T) {
 	if got := pluginTypes(runtimeNetwork(t, netDir)); got != "ptp" {
 		t.Fatalf("runtime chain before install: %s", got)
 	}
-	early, _ := sandbox(t, r, binDir, netDir, "early", nomad)
+	early, _ := sandbox(t, r, node, binDir, netDir, "early", nomad)
 
 	// The installer runs (plugin kubeconfig derived from a token
 	// configuration; the chain below runs in Nomad mode, without the API).
@@ -229,7 +232,7 @@ current-context: x
 		t.Fatalf("runtime chain after install: %s", got)
 	}
 
-	late, _ := sandbox(t, r, binDir, netDir, "late", nomad)
+	late, _ := sandbox(t, r, node, binDir, netDir, "late", nomad)
 	target := netip.AddrPortFrom(ext.V4, 8080)
 
 	// Ground truth by real connections: from the early pod the external

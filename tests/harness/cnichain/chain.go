@@ -2,23 +2,34 @@
 // libcni: ptp + host-local, optionally followed by consul-cni, with the
 // reference plugins and the consul-cni binary built by tests/harness/testbin. The
 // privileged tests and the plugin benchmark use it.
+//
+// A runtime runs the plugins in its node's network namespace, and so does a
+// Chain: in a namespace of its own linked to the test slot's router
+// (testnet.Range.NewNode) with the chain's pod subnets routed to it, never in
+// the host's (ptp would make its veths, routes and forwarding switch there).
+// NodeExec gives the same to any libcni caller.
 package cnichain
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // Options describe the chain.
@@ -30,6 +41,10 @@ type Options struct {
 	// Consul is the consul-cni entry without "type"; nil leaves the plugin
 	// out of the chain (a node where it was not installed yet).
 	Consul map[string]any
+	// Loopback are addresses on the host's loopback (host:port) that the
+	// node namespace forwards from its own loopback, such as the local
+	// apiserver a kubeconfig of the plugin names.
+	Loopback []string
 }
 
 // Chain is a conflist ready to run.
@@ -39,6 +54,12 @@ type Chain struct {
 	Conflist []byte
 	// BinDir holds the plugins, consul-cni included.
 	BinDir string
+
+	tb       testing.TB
+	subnets  []netip.Prefix
+	loopback []string
+	node     *testnet.Netns
+	once     sync.Once
 }
 
 // New builds the plugins (once per test process) and the conflist. Host-local
@@ -79,12 +100,81 @@ func New(tb testing.TB, o Options) *Chain {
 	if err != nil {
 		tb.Fatalf("cnichain: %v\n%s", err, conf)
 	}
-	return &Chain{
-		CNI:      libcni.NewCNIConfigWithCacheDir([]string{dir}, tb.TempDir(), nil),
-		List:     list,
-		Conflist: conf,
-		BinDir:   dir,
+	c := &Chain{List: list, Conflist: conf, BinDir: dir, tb: tb, subnets: []netip.Prefix{o.Subnet4}, loopback: o.Loopback}
+	if o.Subnet6.IsValid() {
+		c.subnets = append(c.subnets, o.Subnet6)
 	}
+	c.CNI = libcni.NewCNIConfigWithCacheDir([]string{dir}, tb.TempDir(), chainExec{c})
+	return c
+}
+
+// Node is the namespace the chain's plugins run in (the node's side of the
+// pods' veths), made on first use.
+func (c *Chain) Node() *testnet.Netns {
+	c.once.Do(func() {
+		c.node = testnet.Reserve(c.tb).NewNode(c.tb, "node", c.subnets...)
+		for _, a := range c.loopback {
+			forward(c.tb, c.node, a)
+		}
+	})
+	return c.node
+}
+
+// forward listens at addr in the namespace and relays every connection to
+// addr on the host, until the test ends.
+func forward(tb testing.TB, ns *testnet.Netns, addr string) {
+	l, err := ns.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatalf("cnichain: forwarding %s into %s: %v", addr, ns.Name, err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go testnet.Relay(conn, addr) // dials in the host's namespace: this goroutine never entered another
+		}
+	}()
+}
+
+// chainExec runs the plugins in the chain's node namespace.
+type chainExec struct{ c *Chain }
+
+func (e chainExec) ExecPlugin(ctx context.Context, path string, stdin []byte, env []string) ([]byte, error) {
+	return NodeExec(e.c.Node().Path, nil).ExecPlugin(ctx, path, stdin, env)
+}
+
+func (e chainExec) FindInPath(plugin string, paths []string) (string, error) {
+	return invoke.FindInPath(plugin, paths)
+}
+
+func (e chainExec) Decode(b []byte) (version.PluginInfo, error) {
+	return (&version.PluginDecoder{}).Decode(b)
+}
+
+// NodeExec is libcni's plugin runner with the plugins started inside the
+// network namespace at netnsPath, as a runtime on that node starts them;
+// their stderr goes to stderr (nil: discarded).
+func NodeExec(netnsPath string, stderr io.Writer) invoke.Exec {
+	return nodeExec{DefaultExec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: stderr}, PluginDecoder: version.PluginDecoder{}}, netns: netnsPath}
+}
+
+type nodeExec struct {
+	*invoke.DefaultExec
+	netns string
+}
+
+// ExecPlugin starts the plugin from a thread switched into the namespace:
+// the child inherits the thread's network namespace.
+func (e nodeExec) ExecPlugin(ctx context.Context, path string, stdin []byte, env []string) ([]byte, error) {
+	var out []byte
+	err := testnet.DoIn(e.netns, func() (err error) {
+		out, err = e.DefaultExec.ExecPlugin(ctx, path, stdin, env)
+		return err
+	})
+	return out, err
 }
 
 // Runtime returns the runtime configuration for a container: CNI_ARGS start
@@ -156,6 +246,6 @@ func (c *Chain) ExecConsul(ctx context.Context, cmd string, rt *libcni.RuntimeCo
 	x.Stdin = strings.NewReader(string(stdin))
 	var stdout, stderr strings.Builder
 	x.Stdout, x.Stderr = &stdout, &stderr
-	err := x.Run()
+	err := x.Run() // consul-cni works in CNI_NETNS only: no node namespace needed
 	return []byte(stdout.String()), []byte(stderr.String()), err
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // Host paths that containerd, libcni and kubelet write whatever their
@@ -30,14 +31,16 @@ const (
 
 // SweepStale tears down what nodes of killed test processes left: for
 // every node directory whose owner process is gone, its processes, mounts,
-// cgroups and host files, then the directory; and cgroups of nodes whose
-// directory is already gone. Start calls it.
+// cgroups and host files, then the directory; cgroups of nodes whose
+// directory is already gone; and the network of every address slot no live
+// process holds (testnet.Sweep: routers, links, host routes). Start calls it.
 func SweepStale() {
 	for _, dir := range proc.StaleDirs(filepath.Join(os.TempDir(), DirPrefix+"*")) {
 		killNode(dir, true)
 		removeNetwork(dir)
 		cleanNodeDir(dir)
 	}
+	testnet.Sweep()
 	// Sockets of shims that died with any earlier node (another process's
 	// sweep may have removed that node's directory first).
 	cleanHostSockets()

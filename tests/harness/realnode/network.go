@@ -1,8 +1,6 @@
 package realnode
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,10 +26,11 @@ var KubernetesServiceIP = netip.MustParsePrefix(cluster.ServiceCIDR).Masked().Ad
 // sweep of a killed run.
 const netnsFile = "netns"
 
-// setupNetwork makes the node's network namespace: a veth pair to the
-// host, the node IP on its end, a default route to the host, proxy ARP on
-// both ends (no link addresses needed), the subnet routed from the host, and
-// the apiserver forwarded at KubernetesServiceIP:443.
+// setupNetwork makes the node's network namespace, linked to the slot's
+// router like every namespace of the harness (testnet.Range.Link: eth0, the
+// default routes, forwarding on inside the node, the node's subnet routed to
+// it), with the node IP on eth0 and the apiserver forwarded at
+// KubernetesServiceIP:443. Nothing changes in the host's namespace.
 func (n *Node) setupNetwork(r *testnet.Range) error {
 	n.netnsName = r.NetnsName("node")
 	n.Netns = filepath.Join("/run/netns", n.netnsName)
@@ -41,31 +40,16 @@ func (n *Node) setupNetwork(r *testnet.Range) error {
 	if err := ipCmd("netns", "add", n.netnsName); err != nil {
 		return err
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	n.hostLink = "ccrn" + hex.EncodeToString(b) // 12 characters, under IFNAMSIZ
-	ns := n.netnsName
-	steps := [][]string{
-		{"link", "add", n.hostLink, "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"link", "set", n.hostLink, "up"},
-		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "link", "set", "eth0", "up"},
-		{"-n", ns, "addr", "add", n.IP.String() + "/32", "dev", "eth0"},
-		{"-n", ns, "addr", "add", KubernetesServiceIP.String() + "/32", "dev", "lo"},
-		{"-n", ns, "route", "add", "default", "dev", "eth0"},
-		{"route", "replace", n.Subnet.String(), "dev", n.hostLink},
-	}
-	for _, s := range steps {
-		if err := ipCmd(s...); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.hostLink+"/proxy_arp", []byte("1"), 0o644); err != nil {
+	if err := r.Link(n.netnsName, n.Subnet); err != nil {
 		return err
 	}
-	for _, kv := range []string{"net/ipv4/conf/eth0/proxy_arp", "net/ipv4/ip_forward"} {
-		if err := testnet.DoIn(n.Netns, func() error { return os.WriteFile("/proc/sys/"+kv, []byte("1"), 0o644) }); err != nil {
-			return fmt.Errorf("%s in %s: %w", kv, ns, err)
+	ns := n.netnsName
+	for _, s := range [][]string{
+		{"-n", ns, "addr", "add", n.IP.String() + "/32", "dev", "eth0"},
+		{"-n", ns, "addr", "add", KubernetesServiceIP.String() + "/32", "dev", "lo"},
+	} {
+		if err := ipCmd(s...); err != nil {
+			return err
 		}
 	}
 	api, err := startAPIForward(n.Netns, n.c.Server)
@@ -76,8 +60,8 @@ func (n *Node) setupNetwork(r *testnet.Range) error {
 	return nil
 }
 
-// removeNetwork deletes the node's namespace (its veth pair and routes go
-// with it).
+// removeNetwork deletes the node's namespace (its link to the router and the
+// router's route to it go with it).
 func removeNetwork(dir string) {
 	b, err := os.ReadFile(filepath.Join(dir, netnsFile))
 	if err == nil && len(b) > 0 {

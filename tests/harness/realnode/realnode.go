@@ -39,10 +39,10 @@
 // plugins and hostNetwork pods run. The node takes a /24 of the slot
 // (Node.Subnet, allocated with simnode.AllocSubnet so simulated and real
 // nodes never share one); its first address is the node IP (Node.IP) on the
-// namespace's eth0, a veth whose host end carries a route to the /24. Proxy
-// ARP on both ends stands in for link addresses; the namespace's default
-// route leads to the host, where the slot's unreachable route keeps the test
-// range on the machine. Kubelet reports the node IP as its InternalIP and
+// namespace's eth0, cabled to the slot's router namespace
+// (testnet.Range.Link), which routes the /24 to it and forwards between
+// nodes, the external namespace and the host; nothing depends on the host's
+// forwarding switch. Kubelet reports the node IP as its InternalIP and
 // serves its API there on KubeletPort; the apiserver prefers InternalIP
 // (cluster.KubeletAddressTypes), so pods/log, exec and port-forward work.
 // The default conflist (DefaultConfList: ptp and host-local, no masquerade)
@@ -176,8 +176,8 @@ type Node struct {
 	// containerd, the CNI plugins and hostNetwork pods run.
 	Netns string
 
-	netnsName, hostLink string
-	api                 *apiForward
+	netnsName string
+	api       *apiForward
 
 	mu         sync.Mutex
 	mountNS    *proc.Process

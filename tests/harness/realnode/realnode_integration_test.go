@@ -206,9 +206,8 @@ func assertGone(t *testing.T, dir, netns string, podIP netip.Addr, shimSockets [
 	if _, err := os.Stat(netns); err == nil {
 		t.Errorf("network namespace %s left", netns)
 	}
-	out, _ := exec.Command("ip", "route", "show", podIP.String()).Output()
-	if strings.TrimSpace(string(out)) != "" {
-		t.Errorf("route to the pod left: %s", out)
+	for _, r := range routesTo(podIP) {
+		t.Errorf("route to the pod left: %s", r)
 	}
 	for _, s := range shimSockets {
 		if _, err := os.Stat(s); err == nil {
@@ -221,6 +220,31 @@ func assertGone(t *testing.T, dir, netns string, podIP netip.Addr, shimSockets [
 			t.Errorf("container log link left: %s -> %s", l.Name(), target)
 		}
 	}
+}
+
+// routesTo lists the routes towards a (other than the slots' unreachable
+// routes and the host's route to a slot's router) in the host and in every
+// router namespace of the harness.
+func routesTo(a netip.Addr) []string {
+	var left []string
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if !strings.HasSuffix(name, "-router") {
+			continue
+		}
+		rs, _ := exec.Command("ip", "-n", name, "-o", "route", "show", "match", a.String()).Output()
+		for _, r := range strings.Split(strings.TrimSpace(string(rs)), "\n") {
+			if r != "" && !strings.HasPrefix(r, "unreachable") && !strings.HasPrefix(r, "default") {
+				left = append(left, name+": "+r)
+			}
+		}
+	}
+	rs, _ := exec.Command("ip", "-o", "route", "show", netip.PrefixFrom(a, 24).Masked().String()).Output()
+	if r := strings.TrimSpace(string(rs)); r != "" {
+		left = append(left, "host: "+r)
+	}
+	return left
 }
 
 // Restart is a reboot: the pod's sandbox is lost and kubelet makes a new
@@ -395,9 +419,11 @@ func pidsNaming(dir string) []string {
 }
 
 // A pod's traffic to the test's "external" namespace (the ground truth of
-// the race scenarios) leaves through the node's namespace and the host and
-// is answered; the answer comes back the same way.
+// the race scenarios) leaves through the node's namespace and the slot's
+// router and is answered; the answer comes back the same way, with the
+// host's forwarding off as on a fresh machine.
 func TestPodReachesExternal(t *testing.T) {
+	testnet.HostForwardingOff(t)
 	c := cluster.Shared(t)
 	r := testnet.Reserve(t)
 	ext := r.NewExternal(t)

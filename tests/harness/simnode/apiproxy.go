@@ -5,53 +5,35 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os/exec"
-	"strings"
 	"sync"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // The control plane listens on the host's loopback, which a pod's network
-// namespace cannot reach. Each node therefore owns its NodeIP on the host's
-// loopback device (the ptp gateway of its pods, so pods reach it by their
-// default route) and forwards a port on it to the apiserver: the node-local
-// API endpoint written into the kubeconfigs containers get.
+// namespace cannot reach. Each node therefore listens at its NodeIP in its
+// own network namespace (the ptp gateway of its pods, so pods reach it by
+// their default route) and relays to the apiserver from the host's
+// namespace: the node-local API endpoint written into the kubeconfigs
+// containers get.
 type apiProxy struct {
 	l      net.Listener
 	target string
 	wg     sync.WaitGroup
-	addr   netip.Addr
-	added  bool
 }
 
-func startAPIProxy(nodeIP netip.Addr, apiHost string) (*apiProxy, error) {
+func startAPIProxy(nw *nodeNetwork, nodeIP netip.Addr, apiHost string) (*apiProxy, error) {
 	u, err := url.Parse(apiHost)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("apiserver URL %q: %v", apiHost, err)
 	}
-	p := &apiProxy{target: u.Host, addr: nodeIP}
-	if !nodeIP.IsLoopback() {
-		out, err := exec.Command("ip", "addr", "add", nodeIP.String()+"/32", "dev", "lo").CombinedOutput()
-		if err != nil && !strings.Contains(string(out), "File exists") {
-			return nil, fmt.Errorf("node IP %s on lo: %v: %s", nodeIP, err, strings.TrimSpace(string(out)))
-		}
-		p.added = err == nil
-	}
-	p.l, err = net.Listen("tcp", netip.AddrPortFrom(nodeIP, 0).String())
-	if err != nil {
-		p.removeAddr()
+	p := &apiProxy{target: u.Host}
+	if p.l, err = nw.listen(netip.AddrPortFrom(nodeIP, 0).String()); err != nil {
 		return nil, err
 	}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
-}
-
-func (p *apiProxy) removeAddr() {
-	if p.added {
-		_ = exec.Command("ip", "addr", "del", p.addr.String()+"/32", "dev", "lo").Run()
-	}
 }
 
 // URL is the node-local API endpoint.
@@ -64,12 +46,11 @@ func (p *apiProxy) serve() {
 		if err != nil {
 			return
 		}
-		go testnet.Relay(c, p.target)
+		go testnet.Relay(c, p.target) // dials in the host's namespace: serve never entered another
 	}
 }
 
 func (p *apiProxy) close() {
 	p.l.Close()
 	p.wg.Wait()
-	p.removeAddr()
 }

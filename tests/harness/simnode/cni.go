@@ -15,10 +15,10 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
 )
 
 // loopbackNetwork is the network containerd's CRI plugin always sets up
@@ -104,11 +104,11 @@ func (n *Node) runtimeConf(pod *corev1.Pod, sb *sandbox) *libcni.RuntimeConf {
 	}
 }
 
-// cniConfig runs the plugins from the node's bin dir; what they print on
-// stderr goes to the node's CNI log (containerd puts it in its own log).
+// cniConfig runs the plugins from the node's bin dir, in the node's network
+// namespace; what they print on stderr goes to the node's CNI log
+// (containerd puts it in its own log).
 func (n *Node) cniConfig() *libcni.CNIConfig {
-	ex := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: n.cniLog}, PluginDecoder: version.PluginDecoder{}}
-	return libcni.NewCNIConfigWithCacheDir([]string{binDir(n.cfg.Root)}, cacheDir(n.cfg.Root), ex)
+	return libcni.NewCNIConfigWithCacheDir([]string{binDir(n.cfg.Root)}, cacheDir(n.cfg.Root), cnichain.NodeExec(n.net.path, n.cniLog))
 }
 
 // CNILog is the file that receives the plugins' stderr.

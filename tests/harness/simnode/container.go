@@ -344,7 +344,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *cont
 	cmd.Args[0] = argv[0]
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, dir, f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: credential(pod, &c.spec)}
-	ns := ""
+	ns := w.n.net.path // hostNetwork: the node's namespace
 	if w.sb != nil {
 		ns = w.sb.netnsPath
 	}

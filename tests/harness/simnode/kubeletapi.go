@@ -37,7 +37,7 @@ type kubeletAPI struct {
 	srv *http.Server
 }
 
-func startKubeletAPI(n *Node, nodeIP netip.Addr, rc *rest.Config) (*kubeletAPI, error) {
+func startKubeletAPI(n *Node, nodeIP netip.Addr, rc *rest.Config) (*kubeletAPI, error) { // listens in the node's namespace
 	ca := rc.TLSClientConfig.CAData
 	if len(ca) == 0 && rc.TLSClientConfig.CAFile != "" {
 		b, err := os.ReadFile(rc.TLSClientConfig.CAFile)
@@ -54,7 +54,7 @@ func startKubeletAPI(n *Node, nodeIP netip.Addr, rc *rest.Config) (*kubeletAPI, 
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", netip.AddrPortFrom(nodeIP, 0).String())
+	l, err := n.net.listen(netip.AddrPortFrom(nodeIP, 0).String())
 	if err != nil {
 		return nil, err
 	}

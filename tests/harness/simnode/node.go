@@ -123,6 +123,7 @@ type Node struct {
 	netReady    bool
 	netReadyMsg string
 	stopOnce    sync.Once
+	net         *nodeNetwork
 	api         *apiProxy
 	kubelet     *kubeletAPI
 	cniLog      *os.File
@@ -132,8 +133,8 @@ func (c *Config) defaults() error {
 	if c.Name == "" || c.Client == nil || c.RestConfig == nil || c.Root == "" {
 		return errors.New("simnode: Name, Client, RestConfig and Root are required")
 	}
-	if !c.PodSubnet.IsValid() {
-		return errors.New("simnode: PodSubnet is required")
+	if !c.PodSubnet.IsValid() || c.Range == nil {
+		return errors.New("simnode: PodSubnet and Range are required")
 	}
 	if !c.NodeIP.IsValid() {
 		c.NodeIP = testnet.Host(c.PodSubnet.Masked(), 1)
@@ -189,24 +190,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
 	n.recorder = n.bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.Name})
 	n.checkNetwork()
-	if n.api, err = startAPIProxy(cfg.NodeIP, cfg.RestConfig.Host); err != nil {
+	if err := n.startEndpoints(ctx); err != nil {
 		n.cancel()
 		n.bcast.Shutdown()
-		n.cniLog.Close()
-		return nil, fmt.Errorf("simnode %s: node-local API endpoint: %w", cfg.Name, err)
-	}
-	if n.kubelet, err = startKubeletAPI(n, cfg.NodeIP, cfg.RestConfig); err != nil {
-		n.cancel()
-		n.bcast.Shutdown()
-		n.api.close()
-		n.cniLog.Close()
-		return nil, fmt.Errorf("simnode %s: kubelet API: %w", cfg.Name, err)
-	}
-	if err := n.register(ctx); err != nil {
-		n.cancel()
-		n.bcast.Shutdown()
-		n.kubelet.close()
-		n.api.close()
 		n.cniLog.Close()
 		return nil, err
 	}
@@ -239,6 +225,31 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	cfg.Logf("node %s registered (pod subnet %s, root %s)", cfg.Name, cfg.PodSubnet, cfg.Root)
 	return n, nil
+}
+
+// startEndpoints makes the node's network, its node-local API endpoint and
+// kubelet API, and registers the Node; on failure it undoes what it made.
+func (n *Node) startEndpoints(ctx context.Context) (err error) {
+	cfg := n.cfg
+	if n.net, err = startNetwork(cfg.Range, cfg.PodSubnet, cfg.NodeIP); err != nil {
+		return fmt.Errorf("simnode %s: %w", cfg.Name, err)
+	}
+	if n.api, err = startAPIProxy(n.net, cfg.NodeIP, cfg.RestConfig.Host); err != nil {
+		n.net.remove()
+		return fmt.Errorf("simnode %s: node-local API endpoint: %w", cfg.Name, err)
+	}
+	if n.kubelet, err = startKubeletAPI(n, cfg.NodeIP, cfg.RestConfig); err != nil {
+		n.api.close()
+		n.net.remove()
+		return fmt.Errorf("simnode %s: kubelet API: %w", cfg.Name, err)
+	}
+	if err := n.register(ctx); err != nil {
+		n.kubelet.close()
+		n.api.close()
+		n.net.remove()
+		return err
+	}
+	return nil
 }
 
 // APIServer is the node-local API endpoint pods use (reachable from pod
@@ -614,6 +625,7 @@ func (n *Node) Stop() {
 		n.bcast.Shutdown()
 		n.kubelet.close()
 		n.api.close()
+		n.net.remove()
 		n.cniLog.Close()
 		if !n.cfg.KeepNode {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -29,7 +29,7 @@ type probeState struct {
 func (w *podWorker) startProbes(ctx context.Context, pod *corev1.Pod, c *container, env []string, rb *rebaser) {
 	ps := c.ps
 	cred := credential(pod, &c.spec)
-	ns := ""
+	ns := w.n.net.path // hostNetwork: the node's namespace
 	if w.sb != nil {
 		ns = w.sb.netnsPath
 	}
@@ -137,8 +137,7 @@ func (w *podWorker) probeOnce(ctx context.Context, p *corev1.Probe, timeout time
 		return nil
 	case p.TCPSocket != nil:
 		addr := net.JoinHostPort(hostOr(p.TCPSocket.Host, podIP), portString(p.TCPSocket.Port, ports))
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
+		conn, err := w.n.net.dial(ctx, "tcp", addr)
 		if err != nil {
 			return err
 		}
@@ -153,7 +152,7 @@ func (w *podWorker) probeOnce(ctx context.Context, p *corev1.Probe, timeout time
 		if err != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := w.n.probeClient().Do(req)
 		if err != nil {
 			return err
 		}
@@ -191,4 +190,10 @@ func baseName(p string) string {
 		return p[i+1:]
 	}
 	return p
+}
+
+// probeClient is an HTTP client whose connections start in the node's
+// network namespace, as kubelet's HTTP probes do.
+func (n *Node) probeClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: n.net.dial, DisableKeepAlives: true}}
 }

@@ -5,9 +5,20 @@
 // Every address a test uses lies inside 198.18.0.0/15 (RFC 2544 test
 // networks) or fd63:6372::/32 (a ULA prefix). A test process reserves one
 // slot, a /20 and a /48, with an flock, so concurrent test processes never
-// collide; the slot gets an "unreachable" route on the host first, so a
-// packet that finds no specific route is dropped instead of leaving the
-// machine through its default gateway.
+// collide.
+//
+// The harness owns its network: the slot's namespaces are joined by a router
+// namespace of its own, which forwards between nodes, pods and the external
+// namespace, so nothing depends on the host's forwarding switch
+// (net.ipv4.ip_forward is 0 on a fresh machine and stays untouched). The host
+// is an endpoint only: one veth pair links it to the router, and the slot's
+// two prefixes are routed through it, so the test process and the control
+// plane on the host's loopback reach node and pod addresses. That link and
+// its two routes are the only change to the host; they go with the router
+// when the slot is released, and a killed run's are swept when the slot is
+// reserved again. Inside the router an "unreachable" route covers the slot,
+// so a packet that finds no specific route is dropped there instead of
+// leaving the machine through its default gateway.
 package testnet
 
 import (
@@ -52,10 +63,10 @@ type Range struct {
 	V4   netip.Prefix // a /20
 	V6   netip.Prefix // a /48
 
-	lock *os.File
-	mu   sync.Mutex
-	next int // next free /30 for veth links
-	refs int
+	lock  *os.File
+	mu    sync.Mutex
+	links int // links made to the router (Link names their router ends after it)
+	refs  int
 }
 
 var (
@@ -106,28 +117,18 @@ func reserve() (*Range, error) {
 	if err := os.MkdirAll(lockDir, 0o755); err != nil {
 		return nil, err
 	}
+	Sweep()
 	for s := 0; s < slots; s++ {
-		f, err := os.OpenFile(filepath.Join(lockDir, fmt.Sprintf("slot-%d.lock", s)), os.O_CREATE|os.O_RDWR, 0o644)
+		f, ok, err := lockSlot(s)
 		if err != nil {
 			return nil, err
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
+		if !ok {
 			continue
 		}
-		r := &Range{Slot: s, lock: f}
-		b := base4.As4()
-		off := s * 4096
-		b[1] += byte(off >> 16)
-		b[2] += byte(off >> 8)
-		r.V4 = netip.PrefixFrom(netip.AddrFrom4(b), 20)
-		r.V6 = netip.MustParsePrefix(fmt.Sprintf("fd63:6372:%x::/48", s))
-		r.cleanLeftovers()
-		if err := run("ip", "route", "replace", "unreachable", r.V4.String()); err != nil {
-			r.release()
-			return nil, err
-		}
-		if err := run("ip", "-6", "route", "replace", "unreachable", r.V6.String()); err != nil {
+		r := slotRange(s)
+		r.lock = f
+		if err := r.startRouter(); err != nil {
 			r.release()
 			return nil, err
 		}
@@ -136,29 +137,90 @@ func reserve() (*Range, error) {
 	return nil, fmt.Errorf("all %d address slots are in use by other test processes", slots)
 }
 
-// cleanLeftovers removes what a killed earlier holder of the slot left:
-// namespaces named after the slot, and routes inside its range.
-func (r *Range) cleanLeftovers() {
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	prefix := r.nsPrefix()
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if strings.HasPrefix(name, prefix) {
+// slotRange is slot s's address range (not reserved).
+func slotRange(s int) *Range {
+	r := &Range{Slot: s}
+	b := base4.As4()
+	off := s * 4096
+	b[1] += byte(off >> 16)
+	b[2] += byte(off >> 8)
+	r.V4 = netip.PrefixFrom(netip.AddrFrom4(b), 20)
+	r.V6 = netip.MustParsePrefix(fmt.Sprintf("fd63:6372:%x::/48", s))
+	return r
+}
+
+// lockSlot takes slot s's lock without waiting; ok is false when another
+// process holds it.
+func lockSlot(s int) (_ *os.File, ok bool, _ error) {
+	f, err := os.OpenFile(filepath.Join(lockDir, fmt.Sprintf("slot-%d.lock", s)), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false, nil
+	}
+	return f, true, nil
+}
+
+// Sweep removes what killed test processes left on the host: for every slot
+// no live process holds, its namespaces (router, nodes, pods), its host link
+// and the routes and addresses inside its range. Reserve sweeps first; the
+// node harness sweeps before it starts a node.
+func Sweep() {
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		return
+	}
+	var free []*Range
+	for s := 0; s < slots; s++ {
+		f, ok, err := lockSlot(s)
+		if err != nil || !ok {
+			continue
+		}
+		defer f.Close() // held until the sweep is done, so no process takes the slot meanwhile
+		free = append(free, slotRange(s))
+	}
+	if len(free) > 0 {
+		cleanLeftovers(free)
+	}
+}
+
+// cleanLeftovers removes the slots' namespaces (named after the slot), host
+// links, and addresses and routes inside their ranges, from one listing of
+// each.
+func cleanLeftovers(rs []*Range) {
+	owned := func(name string, prefix func(*Range) string) bool {
+		for _, r := range rs {
+			if strings.HasPrefix(name, prefix(r)) {
+				return true
+			}
+		}
+		return false
+	}
+	inRange := func(a netip.Addr) bool {
+		for _, r := range rs {
+			if r.V4.Contains(a) || r.V6.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, name := range netnsNames() {
+		if owned(name, (*Range).nsPrefix) {
 			_ = run("ip", "netns", "del", name)
 		}
 	}
-	out, _ = exec.Command("ip", "-o", "link", "show").Output()
+	out, _ := exec.Command("ip", "-o", "link", "show").Output()
 	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 1 {
+		if f := strings.Fields(line); len(f) > 1 {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			if strings.HasPrefix(name, r.linkPrefix()) {
+			if owned(name, (*Range).linkPrefix) {
 				_ = run("ip", "link", "del", name)
 			}
 		}
 	}
-	// Addresses of the slot left on host links (a simulated node puts its
-	// node address on lo).
+	// Addresses of the slots left on host links (simulated nodes of older
+	// versions put their node address on lo).
 	for _, fam := range []string{"-4", "-6"} {
 		out, _ = exec.Command("ip", fam, "-o", "addr", "show").Output()
 		for _, line := range strings.Split(string(out), "\n") {
@@ -166,21 +228,44 @@ func (r *Range) cleanLeftovers() {
 			if len(f) < 4 {
 				continue
 			}
-			p, err := netip.ParsePrefix(f[3])
-			if err != nil || !(r.V4.Contains(p.Addr()) || r.V6.Contains(p.Addr())) {
-				continue
+			if p, err := netip.ParsePrefix(f[3]); err == nil && inRange(p.Addr()) {
+				_ = run("ip", "addr", "del", f[3], "dev", strings.TrimSuffix(f[1], ":"))
 			}
-			_ = run("ip", "addr", "del", f[3], "dev", strings.TrimSuffix(f[1], ":"))
 		}
 	}
-	_ = run("ip", "route", "flush", "root", r.V4.String())
-	_ = run("ip", "-6", "route", "flush", "root", r.V6.String())
+	for _, fam := range [][2]string{{"-4", "198.18.0.0/15"}, {"-6", "fd63:6372::/32"}} {
+		out, _ = exec.Command("ip", fam[0], "-o", "route", "show", "root", fam[1]).Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			typ := []string{}
+			if len(f) > 0 && f[0] == "unreachable" {
+				typ, f = f[:1], f[1:]
+			}
+			if len(f) == 0 {
+				continue
+			}
+			dst, _, _ := strings.Cut(f[0], "/")
+			if a, err := netip.ParseAddr(dst); err == nil && inRange(a) {
+				_ = run("ip", append(append([]string{fam[0], "route", "del"}, typ...), f[0])...)
+			}
+		}
+	}
+}
+
+// netnsNames lists the named network namespaces ("ip netns list").
+func netnsNames() []string {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, _, _ := strings.Cut(strings.TrimSpace(line), " "); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func (r *Range) release() {
-	r.cleanLeftovers()
-	_ = run("ip", "route", "del", "unreachable", r.V4.String())
-	_ = run("ip", "-6", "route", "del", "unreachable", r.V6.String())
+	cleanLeftovers([]*Range{r})
 	syscall.Flock(int(r.lock.Fd()), syscall.LOCK_UN)
 	r.lock.Close()
 }
@@ -236,22 +321,6 @@ func addOffset4(a netip.Addr, off int) netip.Addr {
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	v += uint32(off)
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
-
-// linkSubnets returns a fresh /30 and /126 pair for a host<->namespace link,
-// taken from the top /24 (and /64 0xffff) of the range.
-func (r *Range) linkSubnets() (netip.Prefix, netip.Prefix, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	i := r.next
-	r.next++
-	if i >= 64 {
-		panic("testnet: out of link subnets")
-	}
-	v4 := netip.PrefixFrom(addOffset4(r.V4.Addr(), 4096-256+i*4), 30)
-	b := r.Subnet6(0xffff).Addr().As16()
-	b[15] = byte(i * 4)
-	return v4, netip.PrefixFrom(netip.AddrFrom16(b), 126), i
 }
 
 // Netns is a named network namespace created for a test.
@@ -367,63 +436,39 @@ func (n *Netns) Run(tb TB, name string, args ...string) string {
 }
 
 // External is a namespace that stands for the world beyond a node: it is
-// linked to the host by a veth pair and routed from the host, so pods
-// attached to the host (ptp) reach it by their default route.
+// linked to the router like a node (Link), which routes its service
+// addresses to it, so pods reach it by their default route and the host
+// through its route to the slot.
 type External struct {
 	*Netns
 	// V4 and V6 are the addresses services in the namespace listen on.
 	V4, V6 netip.Addr
 
-	r                  *Range
-	hostVia4, hostVia6 netip.Addr
-	mu                 sync.Mutex
-	next               int
+	r    *Range
+	mu   sync.Mutex
+	next int
 }
 
 // NewExternal creates the external namespace. Its service addresses are
-// taken from subnet index svc4 (a /24) of the range, so callers can reserve
-// pod subnets elsewhere in it.
+// taken from subnet index 14 (a /24) of the range and /64 0xfffe, so callers
+// can reserve pod subnets elsewhere in it.
 func (r *Range) NewExternal(tb TB) *External {
 	tb.Helper()
-	ns := r.NewNetns(tb, "ext")
-	l4, l6, i := r.linkSubnets()
-	host, peer := fmt.Sprintf("%s%d", r.linkPrefix(), i), "eth0"
-	hostA4, extA4 := Host(l4, 1), Host(l4, 2)
-	hostA6, extA6 := Host(l6, 1), Host(l6, 2)
 	svc4 := Host(r.Subnet4(14, 24), 10) // 15th /24: services
 	svc6 := Host(r.Subnet6(0xfffe), 10)
-	steps := [][]string{
-		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns.Name},
-		{"ip", "link", "set", host, "up"},
-		{"ip", "addr", "add", hostA4.String() + "/30", "dev", host},
-		{"ip", "addr", "add", hostA6.String() + "/126", "dev", host, "nodad"},
-		{"ip", "-n", ns.Name, "link", "set", peer, "up"},
-		{"ip", "-n", ns.Name, "addr", "add", extA4.String() + "/30", "dev", peer},
-		{"ip", "-n", ns.Name, "addr", "add", extA6.String() + "/126", "dev", peer, "nodad"},
-		{"ip", "-n", ns.Name, "addr", "add", svc4.String() + "/32", "dev", "lo"},
-		{"ip", "-n", ns.Name, "addr", "add", svc6.String() + "/128", "dev", "lo"},
-		{"ip", "-n", ns.Name, "route", "add", r.V4.String(), "via", hostA4.String()},
-		{"ip", "-n", ns.Name, "-6", "route", "add", r.V6.String(), "via", hostA6.String()},
-		{"ip", "route", "replace", svc4.String() + "/32", "via", extA4.String()},
-		{"ip", "-6", "route", "replace", svc6.String() + "/128", "via", extA6.String()},
-	}
-	tb.Cleanup(func() {
-		_ = run("ip", "route", "del", svc4.String()+"/32")
-		_ = run("ip", "-6", "route", "del", svc6.String()+"/128")
-		_ = run("ip", "link", "del", host)
-	})
-	for _, s := range steps {
-		if err := run(s[0], s[1:]...); err != nil {
+	ns := r.NewNode(tb, "ext", netip.PrefixFrom(svc4, 32), netip.PrefixFrom(svc6, 128))
+	for _, a := range []string{svc4.String() + "/32", svc6.String() + "/128"} {
+		if err := run("ip", "-n", ns.Name, "addr", "add", a, "dev", "lo"); err != nil {
 			tb.Fatalf("testnet: %v", err)
 		}
 	}
-	return &External{Netns: ns, V4: svc4, V6: svc6, r: r, hostVia4: extA4, hostVia6: extA6, next: 11}
+	return &External{Netns: ns, V4: svc4, V6: svc6, r: r, next: 11}
 }
 
 // AddAddress gives the external namespace one more service address of the
-// family of v6 (false: IPv4), routed from the host like V4 and V6, removed
-// when the test ends. Tests use it to tell two external destinations apart
-// (for example one excluded by CIDR and one not).
+// family of v6 (false: IPv4), routed to it by the router like V4 and V6.
+// Tests use it to tell two external destinations apart (for example one
+// excluded by CIDR and one not).
 func (e *External) AddAddress(tb TB, v6 bool) netip.Addr {
 	tb.Helper()
 	e.mu.Lock()
@@ -436,18 +481,41 @@ func (e *External) AddAddress(tb TB, v6 bool) netip.Addr {
 	var a, via netip.Addr
 	family, bits := "-4", "/32"
 	if v6 {
-		a, via, family, bits = Host(e.r.Subnet6(0xfffe), n), e.hostVia6, "-6", "/128"
+		a, via, family, bits = Host(e.r.Subnet6(0xfffe), n), linkedLL6, "-6", "/128"
 	} else {
-		a, via = Host(e.r.Subnet4(14, 24), n), e.hostVia4
+		a, via = Host(e.r.Subnet4(14, 24), n), linkedLL4
 	}
 	if err := run("ip", "-n", e.Name, family, "addr", "add", a.String()+bits, "dev", "lo"); err != nil {
 		tb.Fatalf("testnet: %v", err)
 	}
-	tb.Cleanup(func() { _ = run("ip", family, "route", "del", a.String()+bits) })
-	if err := run("ip", family, "route", "replace", a.String()+bits, "via", via.String()); err != nil {
+	dev, err := e.routerEnd()
+	if err != nil {
+		tb.Fatalf("testnet: %v", err)
+	}
+	route := []string{"-n", e.r.RouterName(), family, "route", "replace", a.String() + bits, "via", via.String(), "dev", dev}
+	if !v6 {
+		route = append(route, "onlink")
+	}
+	if err := run("ip", route...); err != nil {
 		tb.Fatalf("testnet: %v", err)
 	}
 	return a
+}
+
+// routerEnd names the router's end of the external namespace's link: the
+// device of the router's route to V4.
+func (e *External) routerEnd() (string, error) {
+	out, err := exec.Command("ip", "-n", e.r.RouterName(), "-o", "route", "show", netip.PrefixFrom(e.V4, 32).String()).Output()
+	if err != nil {
+		return "", fmt.Errorf("router route to %s: %v", e.V4, err)
+	}
+	f := strings.Fields(string(out))
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "dev" {
+			return f[i+1], nil
+		}
+	}
+	return "", fmt.Errorf("router has no route to %s: %q", e.V4, out)
 }
 
 func run(name string, args ...string) error {

@@ -295,8 +295,10 @@ func consulEntry(t *testing.T, backend string, extra map[string]any) map[string]
 // TestTrafficSingleStack creates pods through libcni with ptp + host-local
 // (+ consul-cni) and proves with real connections where traffic lands, for
 // both iptables backends. A pod created without consul-cni is the control:
-// the same probes must then go straight out.
+// the same probes must then go straight out. The host's forwarding is off,
+// as on a fresh machine: the traffic crosses only the slot's namespaces.
 func TestTrafficSingleStack(t *testing.T) {
+	testnet.HostForwardingOff(t)
 	r := testnet.Reserve(t)
 	ext := r.NewExternal(t)
 	excluded := ext.AddAddress(t, false)
@@ -389,6 +391,23 @@ func assertSingleStackTables(t *testing.T, r *testnet.Range, pod *testnet.Netns,
 	}
 }
 
+// serveStub serves the stub at the host's address on its link to the
+// slot's router: the chain's plugins run in a node namespace, from which the
+// host's loopback is not reachable (a real node reaches its apiserver by a
+// routable address too).
+func serveStub(t testing.TB, r *testnet.Range, stub *apiStub) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(stub)
+	l, err := net.Listen("tcp", netip.AddrPortFrom(r.HostAddr(), 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	return srv
+}
+
 // apiStub answers GET and merge-PATCH for pods it holds, like the API
 // server does for the calls the plugin makes (the Kubernetes path itself is
 // covered against a real API server by the integration tests; here it only
@@ -468,7 +487,7 @@ func TestTrafficDualStack(t *testing.T) {
 	for _, backend := range []string{"auto", "legacy", backendNftables} {
 		t.Run(backend, func(t *testing.T) {
 			stub := dualStackPod(cfg)
-			srv := httptest.NewServer(stub)
+			srv := serveStub(t, r, stub)
 			t.Cleanup(srv.Close)
 			entry := entryFor(t, backend)
 			stub.kubeconfig(t, entry[cniconf.KeyCNINetDir].(string), srv.URL)
@@ -558,7 +577,7 @@ func TestDualStackTableMatchesSDK(t *testing.T) {
 			annotations.KeyDualStack: "true", annotations.KeyRedirectTrafficConfig: cfg,
 		}},
 	}}}
-	srv := httptest.NewServer(stub)
+	srv := serveStub(t, r, stub)
 	t.Cleanup(srv.Close)
 	entry := consulEntry(t, "auto", nil)
 	stub.kubeconfig(t, entry[cniconf.KeyCNINetDir].(string), srv.URL)
@@ -694,7 +713,7 @@ func TestStatusPassesWhileCredentialsFailADDClosed(t *testing.T) {
 			annotations.KeyRedirectTrafficConfig: `{"ProxyUserID":"5995","ProxyInboundPort":20000}`,
 		}},
 	}}}
-	srv := httptest.NewServer(stub)
+	srv := serveStub(t, r, stub)
 	t.Cleanup(srv.Close)
 	dir := entry[cniconf.KeyCNINetDir].(string)
 	stub.kubeconfig(t, dir, srv.URL)

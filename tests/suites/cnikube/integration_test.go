@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,7 +177,13 @@ func (e *env) chain(t *testing.T, extra map[string]any) *cnichain.Chain {
 	})
 	i := 1 + int(podCount%12)
 	podCount++
-	opts := cnichain.Options{Subnet4: e.r.Subnet4(i, 24), Consul: entry}
+	// The plugin runs in the chain's node namespace: the apiserver on the
+	// host's loopback is forwarded there at the same address.
+	api, err := url.Parse(e.c.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := cnichain.Options{Subnet4: e.r.Subnet4(i, 24), Consul: entry, Loopback: []string{api.Host}}
 	if e.dualStack {
 		opts.Subnet6 = e.r.Subnet6(i)
 	}
