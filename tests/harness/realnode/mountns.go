@@ -56,10 +56,48 @@ func (n *Node) startMountNS() error {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	for src, dst := range map[string]string{n.paths.cniConf: HostCNIConfDir, n.paths.cniBin: HostCNIBinDir} {
-		if out, err := exec.Command("nsenter", "--mount="+ns, "--", "mount", "--bind", src, dst).CombinedOutput(); err != nil {
-			return fmt.Errorf("bind %s at %s in the node: %v: %s", src, dst, err, strings.TrimSpace(string(out)))
+	binds := map[string]string{n.paths.cniConf: HostCNIConfDir, n.paths.cniBin: HostCNIBinDir}
+	if err := n.tunableFiles(binds); err != nil {
+		return err
+	}
+	var script []string
+	for src, dst := range binds {
+		script = append(script, fmt.Sprintf("mount --bind '%s' '%s'", src, dst))
+	}
+	if out, err := exec.Command("nsenter", "--mount="+ns, "--", "sh", "-ec", strings.Join(script, "\n")).CombinedOutput(); err != nil {
+		return fmt.Errorf("bind mounts in the node: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// kubeletTunables are the kernel settings kubelet sets when it starts
+// (protectKernelDefaults: false), with the values it wants. They belong to
+// the whole machine, not to a namespace, and one of them (kernel.panic_on_oops)
+// turns any oops into a reboot: in the node's mount namespace each is a file
+// of the node's own, bound over its /proc/sys path and holding that value, so
+// kubelet finds them as it wants them and the host's stay as they were.
+var kubeletTunables = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+}
+
+// tunableFiles writes the node's files for kubeletTunables and adds their
+// bind mounts to binds (source: target).
+func (n *Node) tunableFiles(binds map[string]string) error {
+	dir := filepath.Join(n.Dir, "sysctl")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for k, v := range kubeletTunables {
+		f := filepath.Join(dir, strings.ReplaceAll(k, "/", "."))
+		if err := os.WriteFile(f, []byte(v+"\n"), 0o644); err != nil {
+			return err
 		}
+		binds[f] = filepath.Join("/proc/sys", k)
 	}
 	return nil
 }
