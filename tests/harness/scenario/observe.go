@@ -49,6 +49,7 @@ type tracker struct {
 	offsets map[string]int64
 	partial map[string]string
 	control *podTrack // ControlPod, kept apart
+	plain   *podTrack // PlainPod, kept apart
 }
 
 func newTracker(logs func() ([]LogFile, error), ns string) *tracker {
@@ -75,12 +76,18 @@ func (t *tracker) readLogs() {
 			continue
 		}
 		var p *podTrack
-		if f.Pod == ControlPod {
+		switch f.Pod {
+		case ControlPod:
 			if t.control == nil {
 				t.control = &podTrack{UID: f.UID, Name: f.Pod}
 			}
 			p = t.control
-		} else {
+		case PlainPod:
+			if t.plain == nil {
+				t.plain = &podTrack{UID: f.UID, Name: f.Pod}
+			}
+			p = t.plain
+		default:
 			p = t.pod(f.UID, f.Pod)
 		}
 		fh, err := os.Open(f.Path)

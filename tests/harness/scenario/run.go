@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -173,6 +174,9 @@ type Result struct {
 	// Control is the no-repair run's pod created after the plugin was
 	// chained (not counted above).
 	Control *PodResult `json:"control,omitempty"`
+	// Plain is every run's pod without the mesh (PlainPod, not counted
+	// above): the positive control of the bypass path.
+	Plain *PodResult `json:"plain,omitempty"`
 	// Recreated is the pod whose sandbox was recreated (sandbox-recreated
 	// run), and RecreatedActions the controller's successful repairs with
 	// reason sandbox_recreated (also node-reboot).
@@ -554,8 +558,44 @@ func (r *runner) deploy(ctx context.Context) error {
 			Template: tmpl,
 		},
 	}
-	_, err := r.cs.AppsV1().Deployments(r.ns).Create(ctx, dep, metav1.CreateOptions{})
+	if _, err := r.cs.AppsV1().Deployments(r.ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return r.createPlain(ctx)
+}
+
+// PlainPod is the pod every run creates beside the injected Deployment: the
+// same prober without the mesh (no injection markers, so consul-cni leaves
+// it alone). It must be seen bypassing, reaching the external service: the
+// positive control of the bypass path, without which a run that saw no
+// bypass proves nothing (Verdict).
+const PlainPod = "plain"
+
+func (r *runner) createPlain(ctx context.Context) error {
+	img := r.e.Nodes.PodImages()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: PlainPod, Namespace: r.ns, Labels: map[string]string{"app": PlainPod}},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": r.node.Name()},
+			TerminationGracePeriodSeconds: ptr.To(int64(5)),
+			Containers: []corev1.Container{{
+				Name:  ProberContainer,
+				Image: img.App,
+				Args:  []string{"probe", "--target=" + r.e.Service.String(), "--interval=" + r.cfg.ProbeInterval.String()},
+			}},
+		},
+	}
+	_, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
 	return err
+}
+
+// podIP is the address of the run's pod name.
+func (r *runner) podIP(ctx context.Context, name string) (netip.Addr, error) {
+	p, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return netip.ParseAddr(p.Status.PodIP)
 }
 
 func (r *runner) pods(ctx context.Context) ([]corev1.Pod, error) {
@@ -931,6 +971,13 @@ func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *R
 	if c := r.tr.control; c != nil {
 		pr := PodResult{Name: c.Name, UID: string(c.UID), Meshed: c.Meshed, Bypass: c.Bypass, Errors: c.Errors}
 		res.Control = &pr
+	}
+	if c := r.tr.plain; c != nil {
+		pr := PodResult{Name: c.Name, UID: string(c.UID), Meshed: c.Meshed, Bypass: c.Bypass, Errors: c.Errors}
+		if ip, err := r.podIP(ctx, PlainPod); err == nil {
+			pr.IP, pr.ExternalConnections = ip.String(), r.e.Connections(ip, r.start)
+		}
+		res.Plain = &pr
 	}
 	for _, p := range r.tr.pods {
 		pr := PodResult{Name: p.Name, UID: string(p.UID), Meshed: p.Meshed, Bypass: p.Bypass, Errors: p.Errors, Deleted: p.Deleted}

@@ -15,6 +15,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -24,6 +25,7 @@ const pods = 3
 
 func run(t *testing.T, cfg scenario.Config) *scenario.Result {
 	t.Helper()
+	testnet.HostForwardingOff(t)
 	c := cluster.Shared(t)
 	env := scenario.NewEnv(t, c)
 	env.Logf = t.Logf
@@ -47,8 +49,13 @@ func run(t *testing.T, cfg scenario.Config) *scenario.Result {
 	if !strings.HasSuffix(res.Chain, "consul-cni") {
 		t.Fatalf("chain at the end %q does not end with consul-cni", res.Chain)
 	}
+	for _, v := range scenario.Verdict(cfg.Mode, res) {
+		t.Errorf("verdict: %s", v)
+	}
 	return res
 }
+
+
 
 // The race, reproduced: pods whose sandbox was made before consul-cni was
 // chained reach the external service directly, and keep doing so after the
