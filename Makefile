@@ -66,7 +66,8 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-unit test-privileged test-corpus test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
+	doctor host-packages podman hoststate \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
@@ -137,8 +138,34 @@ cni-bins: toolchain
 	@mkdir -p $(CNI_BIN)
 	$(GO) build -o $(CNI_BIN)/ $(CNI_PLUGINS)
 
-## test: everything (.ci/run calls this)
-test: lint test-unit test-privileged test-integration test-images
+## test: everything (.ci/run calls this): the host check (doctor), every tier, and a check that the host is left
+## as it was found (hoststate)
+test: doctor host-packages hoststate
+	@mkdir -p $(CACHE)
+	@$(HOSTSTATE) save $(CACHE)/hoststate-test.json
+	@rc=0; $(MAKE) test-tiers || rc=$$?; $(HOSTSTATE) compare $(CACHE)/hoststate-test.json || rc=1; exit $$rc
+
+test-tiers: lint test-unit test-privileged test-integration test-images
+
+## doctor: what this host lacks, or has, that breaks make test and make demo; each line says how to fix it
+## (runs first in both, after installing the packages it probes with)
+doctor: deps
+	@./hack/doctor.sh
+
+## host-packages: every system package the tiers install (before the host is recorded, so installing them is no
+## difference)
+host-packages: deps promtool podman
+
+## podman: podman, conmon and runc via apt-get when missing (test-images runs the images with them)
+podman:
+	@./hack/install-podman.sh
+
+## hoststate: the host-state recorder (tests/cmd/hoststate): `make test` and `make demo` record the host before
+## they start anything and fail when it differs afterwards
+HOSTSTATE := $(TOOLS_BIN)/hoststate
+hoststate: toolchain
+	@mkdir -p $(TOOLS_BIN)
+	@$(GO) build -o $(HOSTSTATE) ./tests/cmd/hoststate
 
 test-unit: toolchain
 	$(GOTEST) $(TEST_FLAGS) -count=1 ./...
@@ -208,8 +235,7 @@ release-chart: helm
 
 ## test-images: inspect every image of every platform (make images), and run those of this machine's
 ## platform with podman: --version, the UID of its manifest, the installer chaining consul-cni
-test-images: images
-	@./hack/install-podman.sh
+test-images: images podman
 	cd tools && CCR_IMAGES_DIR=$(abspath $(IMAGES_DIR)) CCR_IMAGE_VERSION='$(VERSION)' \
 		$(GOTEST) $(TEST_FLAGS) -count=1 -tags images -timeout 20m ./...
 
@@ -269,9 +295,12 @@ cluster: deps kube-bins
 	$(GO) run ./tests/cmd/cluster --nodes $(NODES)
 
 ## demo: the race, reproduced and repaired, on an embedded local cluster of real nodes
-## (DEMO_NODES=simnode: simulated nodes)
-demo: deps kube-bins node-bins
-	$(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES))
+## (DEMO_NODES=simnode: simulated nodes); fails when a run does not show what it claims, or leaves the host changed
+demo: doctor kube-bins node-bins hoststate
+	@mkdir -p $(CACHE)
+	@$(HOSTSTATE) save $(CACHE)/hoststate-demo.json
+	@rc=0; $(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES)) || rc=$$?; \
+		$(HOSTSTATE) compare $(CACHE)/hoststate-demo.json || rc=1; exit $$rc
 
 clean: clean-testbin
 	rm -rf $(BIN) $(DIST) $(CACHE)/testbin

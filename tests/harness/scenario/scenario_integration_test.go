@@ -55,8 +55,6 @@ func run(t *testing.T, cfg scenario.Config) *scenario.Result {
 	return res
 }
 
-
-
 // The race, reproduced: pods whose sandbox was made before consul-cni was
 // chained reach the external service directly, and keep doing so after the
 // plugin arrives; a pod created after that is meshed.

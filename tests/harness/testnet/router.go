@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Addresses of every link between the router and a namespace linked to it
@@ -166,6 +167,11 @@ func HostForwardingOff(tb TB) {
 			tb.Fatalf("testnet: %v", err)
 		}
 		tb.Cleanup(func() {
+			// Something outside the harness turned it on meanwhile: what the
+			// test saw may have crossed the host, so it proves nothing.
+			if now, err := os.ReadFile(k); err == nil && strings.TrimSpace(string(now)) != "0" {
+				tb.Fatalf("testnet: %s was turned on during the test by something outside the harness: the test may have passed through the host", k)
+			}
 			if err := os.WriteFile(k, was, 0o644); err != nil {
 				tb.Fatalf("testnet: restoring %s: %v", k, err)
 			}
