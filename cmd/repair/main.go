@@ -27,6 +27,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/audit"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
@@ -35,14 +36,14 @@ type options struct {
 	kubeconfig string
 	qps        float32
 	burst      int
-	detection  *repair.DetectionFlags
+	detection  *judge.Flags
 	effect     string
 	cfg        repair.ManagerConfig
 }
 
 func newOptions() *options {
 	o := &options{qps: 50, burst: 100, cfg: repair.DefaultManagerConfig()}
-	o.detection = repair.NewDetectionFlags(&o.cfg.Config)
+	o.detection = judge.NewFlags(&o.cfg.Config.Config)
 	o.effect = string(o.cfg.StartupTaintEffect)
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		o.cfg.LeaseNamespace = ns
@@ -57,7 +58,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.qps, "kube-api-qps", o.qps, "Queries per second to the Kubernetes API.")
 	fs.IntVar(&o.burst, "kube-api-burst", o.burst, "Burst of queries to the Kubernetes API.")
 
-	o.detection.AddDetectionFlags(fs, &c.Config)
+	o.detection.AddFlags(fs, &c.Config.Config)
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Audit mode: mutate no pod; log the decision, emit a Normal WouldRepair Event and count it with dry_run=\"true\".")
 	fs.IntVar(&c.MaxRepairsPerMinute, "max-repairs-per-minute", c.MaxRepairsPerMinute, "Cap on actions in any minute, cluster-wide; pods not of the race are also paced by a token bucket of this rate (burst a tenth of it).")
 	fs.IntVar(&c.MaxRepairsPerNodePerMinute, "max-repairs-per-node-per-minute", c.MaxRepairsPerNodePerMinute, "Actions per minute on any one node (fairness) for pods not of the race (sandbox not older than the node's dated CNI readiness).")
@@ -87,7 +88,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 // the library's errors name them) to the flags that set them: the detection
 // flags the audit shares, and the controller's own.
 var configFlags = func() map[string]string {
-	m := maps.Clone(repair.DetectionFlagNames)
+	m := maps.Clone(judge.FlagNames)
 	maps.Copy(m, map[string]string{
 		"DryRun":                     "dry-run",
 		"MaxRepairsPerMinute":        "max-repairs-per-minute",
@@ -108,7 +109,7 @@ var configFlags = func() map[string]string {
 // Validate copies the string flags into the config and validates it; the
 // error names the flag.
 func (o *options) Validate() error {
-	o.detection.Apply(&o.cfg.Config)
+	o.detection.Apply(&o.cfg.Config.Config)
 	o.cfg.StartupTaintEffect = corev1.TaintEffect(o.effect)
 	if o.qps <= 0 || o.burst < 1 {
 		return fmt.Errorf("--kube-api-qps/--kube-api-burst: %v/%d must be positive", o.qps, o.burst)

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
 
 var now = time.Now().Truncate(time.Second)
@@ -132,14 +132,14 @@ func TestRunJudgesLikeTheController(t *testing.T) {
 	)
 	got := byName(r)
 	want := map[string]struct {
-		reason repair.Reason
+		reason judge.Reason
 		action string
 	}{
-		"stuck":     {repair.ReasonTProxyStatusStuck, "evict"},
-		"initfail":  {repair.ReasonInitCheckFailed, "evict"},
-		"recreated": {repair.ReasonSandboxRecreated, "evict"},
-		"bare":      {repair.ReasonTProxyStatusStuck, "none: bare pod"},
-		"waiting":   {repair.ReasonTProxyStatusStuck, "wait: CNI not ready"},
+		"stuck":     {judge.ReasonTProxyStatusStuck, "evict"},
+		"initfail":  {judge.ReasonInitCheckFailed, "evict"},
+		"recreated": {judge.ReasonSandboxRecreated, "evict"},
+		"bare":      {judge.ReasonTProxyStatusStuck, "none: bare pod"},
+		"waiting":   {judge.ReasonTProxyStatusStuck, "wait: CNI not ready"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("outside the mesh: %v, want the pods %v", got, want)
@@ -263,7 +263,7 @@ func TestOutputFormats(t *testing.T) {
 		} else {
 			err = yaml.Unmarshal([]byte(out), &r)
 		}
-		if code != ExitOutside || err != nil || len(r.Outside) != 1 || r.Outside[0].Reason != repair.ReasonTProxyStatusStuck || r.Outside[0].Action != "evict" {
+		if code != ExitOutside || err != nil || len(r.Outside) != 1 || r.Outside[0].Reason != judge.ReasonTProxyStatusStuck || r.Outside[0].Action != "evict" {
 			t.Errorf("-o %s: exit %d, %v, %+v from %q", format, code, err, r, out)
 		}
 	}
@@ -276,7 +276,7 @@ func cniPod(node string, ready bool) *corev1.Pod {
 		st = corev1.ConditionTrue
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "cni-" + node, Namespace: repair.DefaultConfig().CNINamespace, Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "cni-" + node, Namespace: judge.DefaultConfig().CNINamespace, Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
 		Spec:       corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodReady, Status: st, LastTransitionTime: ago(30 * time.Minute),
@@ -288,7 +288,7 @@ func cniPod(node string, ready bool) *corev1.Pod {
 // opens where one is Ready, whatever the node labels say.
 func TestRunCNIPodGate(t *testing.T) {
 	o := NewOptions()
-	o.detection.Gate = string(repair.GateCNIPod)
+	o.detection.Gate = string(judge.GateCNIPod)
 	r := run(t, o, notReadyNode("n1"), notReadyNode("n2"), cniPod("n1", true), cniPod("n2", false),
 		injected("a", "n1", stuck), injected("b", "n2", stuck))
 	got := byName(r)
@@ -296,7 +296,7 @@ func TestRunCNIPodGate(t *testing.T) {
 		t.Errorf("cni-pod gate: %+v", got)
 	}
 	o = NewOptions()
-	o.detection.Gate = string(repair.GateNone)
+	o.detection.Gate = string(judge.GateNone)
 	if got := byName(run(t, o, injected("a", "n1", stuck))); got["a"].Action != "evict" {
 		t.Errorf("gate none: %+v", got)
 	}

@@ -15,18 +15,18 @@ import (
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
 
 // Pod is one injected pod outside the mesh.
 type Pod struct {
-	Namespace string        `json:"namespace"`
-	Name      string        `json:"name"`
-	Node      string        `json:"node"`
-	Owner     string        `json:"owner"`
-	Reason    repair.Reason `json:"reason"`
-	Detail    string        `json:"detail"`
-	Since     time.Time     `json:"since"`
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	Node      string       `json:"node"`
+	Owner     string       `json:"owner"`
+	Reason    judge.Reason `json:"reason"`
+	Detail    string       `json:"detail"`
+	Since     time.Time    `json:"since"`
 	// Action is what the controller would do now.
 	Action string `json:"action"`
 
@@ -61,9 +61,9 @@ type nodeState struct {
 
 // auditor judges pods one at a time as the LIST pages arrive.
 type auditor struct {
-	cfg    repair.Config
-	det    repair.Detector
-	gate   repair.Gate
+	cfg    judge.Config
+	det    judge.Detector
+	gate   judge.Gate
 	now    time.Time
 	nodes  map[string]*nodeState
 	report *Report
@@ -79,8 +79,8 @@ func Run(ctx context.Context, client kubernetes.Interface, o *Options, now time.
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	cniIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, repair.PodNodeIndexers())
-	if o.Config.Gate == repair.GateCNIPod {
+	cniIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, judge.PodNodeIndexers())
+	if o.Config.Gate == judge.GateCNIPod {
 		err = list(ctx, o.ChunkSize, metav1.ListOptions{LabelSelector: o.Config.CNIPodSelector}, func(opts metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Pods(o.Config.CNINamespace).List(ctx, opts)
 		}, cniIdx.Add)
@@ -90,7 +90,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o *Options, now time.
 	}
 	a := &auditor{
 		cfg: o.Config, det: o.Config.Detector(), now: now,
-		gate:   repair.NewGate(o.Config.Gate, corelisters.NewNodeLister(nodeIdx), cniIdx, now),
+		gate:   judge.NewGate(o.Config.Gate, corelisters.NewNodeLister(nodeIdx), cniIdx, now, false),
 		nodes:  map[string]*nodeState{},
 		report: &Report{Time: now, Outside: []Pod{}, NotJudged: []NotJudged{}},
 	}
@@ -165,11 +165,11 @@ func (a *auditor) add(obj interface{}) error {
 // decide fills in what the controller would do with each pod, in the order
 // of its checks, and sorts the pods.
 func (a *auditor) decide() {
-	breaker := repair.NewBreaker(a.cfg.BreakerThreshold, a.cfg.BreakerMinPods)
+	breaker := judge.NewBreaker(a.cfg.BreakerThreshold, a.cfg.BreakerMinPods)
 	for i := range a.report.Outside {
 		p := &a.report.Outside[i]
 		switch {
-		case a.cfg.Action == repair.ActionLabel && p.labelled:
+		case a.cfg.Action == judge.ActionLabel && p.labelled:
 			p.Action = "none: already labelled"
 		case p.bare && !a.cfg.AllowBarePods:
 			p.Action = "none: bare pod, nothing would recreate it (Event only)"

@@ -1,7 +1,7 @@
 // Package audit is the one-shot audit of the repair command: it lists the
 // injected pods, the nodes and the CNI pods once (paginated) and reports the
 // pods that run outside the mesh now, judged by the controller's own
-// detector, gate and circuit breaker (package repair), with what the
+// detector, gate and circuit breaker (package judge), with what the
 // controller would do about each.
 package audit
 
@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
 
 // Exit codes of the audit.
@@ -41,14 +41,14 @@ type Options struct {
 	Selector      string
 	Output        string
 	ChunkSize     int64
-	Config        repair.Config
-	detection     *repair.DetectionFlags
+	Config        judge.Config
+	detection     *judge.Flags
 }
 
 // NewOptions returns the defaults: those of the controller for detection.
 func NewOptions() *Options {
-	o := &Options{Output: "table", ChunkSize: DefaultChunkSize, Config: repair.DefaultConfig()}
-	o.detection = repair.NewDetectionFlags(&o.Config)
+	o := &Options{Output: "table", ChunkSize: DefaultChunkSize, Config: judge.DefaultConfig()}
+	o.detection = judge.NewFlags(&o.Config)
 	return o
 }
 
@@ -61,7 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Selector, "selector", "l", "", "Label selector added to --injected-pod-selector.")
 	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: table, json or yaml.")
 	fs.Int64Var(&o.ChunkSize, "chunk-size", o.ChunkSize, "Page size of each LIST (limit/continue).")
-	o.detection.AddDetectionFlags(fs, &o.Config)
+	o.detection.AddFlags(fs, &o.Config)
 }
 
 // Validate checks the flags and names the first bad one.
@@ -81,7 +81,9 @@ func (o *Options) Validate() error {
 	if _, err := labels.Parse(o.Selector); err != nil {
 		return fmt.Errorf("--selector: %q: %v", o.Selector, err)
 	}
-	return cmdutil.FlagError(o.Config.Validate(), repair.DetectionFlagNames)
+	// The CNI pod settings are the controller's, checked as it checks them
+	// with node readiness (its default).
+	return cmdutil.FlagError(o.Config.Validate(true), judge.FlagNames)
 }
 
 // podSelector is --injected-pod-selector and --selector together.

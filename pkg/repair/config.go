@@ -1,84 +1,33 @@
 package repair
 
 import (
-	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
 
-// Action is what the controller does to a broken pod.
-type Action string
-
+// Defaults of the controller's own settings (also the flags' defaults).
 const (
-	// ActionEvict uses the policy/v1 Eviction API (PodDisruptionBudgets
-	// are honoured).
-	ActionEvict Action = "evict"
-	// ActionDelete deletes the pod with UID and resourceVersion
-	// preconditions.
-	ActionDelete Action = "delete"
-	// ActionLabel only labels the pod consul.hashicorp.com/cni-uninitialized=true.
-	ActionLabel Action = "label"
-)
-
-// GateMode selects how the controller decides that a node's CNI is ready.
-type GateMode string
-
-const (
-	// GateNodeLabel: the node carries consul.hashicorp.com/cni=ready.
-	GateNodeLabel GateMode = "node-label"
-	// GateCNIPod: the CNI DaemonSet pod on the node is Ready.
-	GateCNIPod GateMode = "cni-pod"
-	// GateNone: act on every node (not recommended).
-	GateNone GateMode = "none"
-)
-
-// Defaults of the controller's settings (also the flags' defaults).
-const (
-	defaultAction                     = ActionEvict
-	defaultGate                       = GateNodeLabel
-	defaultMinPodAge                  = 30 * time.Second
-	defaultSandboxSlack               = 2 * time.Minute
 	defaultMaxRepairsPerMinute        = 30
 	defaultMaxRepairsPerNodePerMinute = 10
 	defaultBackoffBase                = 5 * time.Second
 	defaultBackoffMax                 = 5 * time.Minute
-	defaultBreakerThreshold           = 0.5
-	defaultBreakerMinPods             = 3
 	defaultWorkers                    = 4
-	defaultCNINamespace               = "consul-cni-repair"
-	defaultCNIPodSelector             = "app.kubernetes.io/name=consul-cni"
 	defaultResync                     = 10 * time.Minute
 )
 
-// defaultInjectedPodSelector is the server-side label selector of the pod
-// informer: the label the consul-k8s webhook puts on every pod it injects.
-var defaultInjectedPodSelector = annotations.KeyInjectStatus + "=" + annotations.InjectStatusInjected
-
-// defaultInitContainerNames are the init containers signal B watches.
-var defaultInitContainerNames = []string{annotations.InitContainerName, annotations.CheckContainerName}
-
-// Config holds everything the repair and node-readiness controllers need.
-// The zero value is not usable: start from defaultConfig.
+// Config holds everything the repair and node-readiness controllers need:
+// the judgement's settings (judge.Config, shared with the audit) and the
+// controllers' own. The zero value is not usable: start from defaultConfig.
 type Config struct {
-	Action        Action
-	DryRun        bool
-	Gate          GateMode
-	AllowBarePods bool
-	MinPodAge     time.Duration
-	// SandboxSlack is signal C's tolerance (see Detector.SandboxSlack),
-	// and the breaker's for the same lateness (see dateSandbox).
-	SandboxSlack       time.Duration
-	InitContainerNames []string
-	InitExitCode       int32
+	judge.Config
 
-	// InjectedPodSelector is the label selector of the pod informer.
-	InjectedPodSelector string
+	DryRun bool
 
 	// MaxRepairsPerMinute caps actions cluster-wide in any minute. Pods
 	// not of the race (see Limiter) are also paced by token buckets of
@@ -91,20 +40,11 @@ type Config struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 
-	// The circuit breaker opens on a node when at least BreakerMinPods
-	// injected pods whose sandbox was created after the node's CNI became
-	// ready are broken and they are at least BreakerThreshold of such pods.
-	Breaker          bool
-	BreakerThreshold float64
-	BreakerMinPods   int
-
 	Workers int
 	Resync  time.Duration
 
-	// Node readiness.
+	// Node readiness (package nodeready).
 	NodeReadiness      bool
-	CNINamespace       string
-	CNIPodSelector     string
 	StartupTaintKey    string
 	ReaddStartupTaint  bool
 	StartupTaintEffect corev1.TaintEffect
@@ -113,25 +53,14 @@ type Config struct {
 // defaultConfig returns the documented defaults.
 func defaultConfig() Config {
 	return Config{
-		Action:                     defaultAction,
-		Gate:                       defaultGate,
-		MinPodAge:                  defaultMinPodAge,
-		SandboxSlack:               defaultSandboxSlack,
-		InitContainerNames:         append([]string(nil), defaultInitContainerNames...),
-		InitExitCode:               annotations.InitCheckExitCode,
-		InjectedPodSelector:        defaultInjectedPodSelector,
+		Config:                     judge.DefaultConfig(),
 		MaxRepairsPerMinute:        defaultMaxRepairsPerMinute,
 		MaxRepairsPerNodePerMinute: defaultMaxRepairsPerNodePerMinute,
 		BackoffBase:                defaultBackoffBase,
 		BackoffMax:                 defaultBackoffMax,
-		Breaker:                    true,
-		BreakerThreshold:           defaultBreakerThreshold,
-		BreakerMinPods:             defaultBreakerMinPods,
 		Workers:                    defaultWorkers,
 		Resync:                     defaultResync,
 		NodeReadiness:              true,
-		CNINamespace:               defaultCNINamespace,
-		CNIPodSelector:             defaultCNIPodSelector,
 		StartupTaintKey:            annotations.TaintCNINotReady,
 		StartupTaintEffect:         corev1.TaintEffectNoSchedule,
 	}
@@ -140,37 +69,9 @@ func defaultConfig() Config {
 // Validate checks every field; the error of the first bad one is a
 // *configkey.Error naming its key (the field name) and value.
 func (c *Config) Validate() error {
-	switch c.Action {
-	case ActionEvict, ActionDelete, ActionLabel:
-	default:
-		return configkey.New("Action", string(c.Action), "is not one of evict, delete, label")
-	}
-	switch c.Gate {
-	case GateNodeLabel, GateCNIPod, GateNone:
-	default:
-		return configkey.New("Gate", string(c.Gate), "is not one of node-label, cni-pod, none")
-	}
-	if c.MinPodAge < 0 {
-		return configkey.New("MinPodAge", c.MinPodAge, "is negative")
-	}
-	if c.SandboxSlack < time.Second {
-		// Both times have second precision: less would judge a pod by
-		// the rounding of its clocks.
-		return configkey.New("SandboxSlack", c.SandboxSlack, "is less than 1s")
-	}
-	if len(c.InitContainerNames) == 0 {
-		return configkey.New("InitContainerNames", nil, "at least one name is required")
-	}
-	for _, n := range c.InitContainerNames {
-		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
-			return configkey.New("InitContainerNames", n, "is not a container name: "+errs[0])
-		}
-	}
-	if c.InitExitCode < 1 || c.InitExitCode > 255 {
-		return configkey.New("InitExitCode", c.InitExitCode, "is not an exit code (1-255)")
-	}
-	if _, err := labels.Parse(c.InjectedPodSelector); err != nil || c.InjectedPodSelector == "" {
-		return &configkey.Error{Key: "InjectedPodSelector", Value: c.InjectedPodSelector, Reason: "is not a non-empty label selector", Err: err}
+	// Node readiness reads the CNI pods as the cni-pod gate does.
+	if err := c.Config.Validate(c.NodeReadiness); err != nil {
+		return err
 	}
 	if c.MaxRepairsPerMinute < 1 {
 		return configkey.New("MaxRepairsPerMinute", c.MaxRepairsPerMinute, "must be at least 1")
@@ -181,29 +82,11 @@ func (c *Config) Validate() error {
 	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
 		return configkey.Errorf("BackoffBase"+configkey.Sep+"BackoffMax", "%s/%s: want 0 < base <= max", c.BackoffBase, c.BackoffMax)
 	}
-	if math.IsNaN(c.BreakerThreshold) || c.BreakerThreshold <= 0 || c.BreakerThreshold > 1 {
-		return configkey.New("BreakerThreshold", c.BreakerThreshold, "is not a share in (0, 1]")
-	}
-	if c.BreakerMinPods < 1 {
-		return configkey.New("BreakerMinPods", c.BreakerMinPods, "must be at least 1")
-	}
 	if c.Workers < 1 {
 		return configkey.New("Workers", c.Workers, "must be at least 1")
 	}
 	if c.Resync < 0 {
 		return configkey.New("Resync", c.Resync, "is negative")
-	}
-	if c.NodeReadiness || c.Gate == GateCNIPod {
-		if errs := validation.IsDNS1123Label(c.CNINamespace); len(errs) > 0 {
-			return configkey.New("CNINamespace", c.CNINamespace, "is not a namespace name: "+errs[0])
-		}
-		sel, err := labels.Parse(c.CNIPodSelector)
-		if err != nil {
-			return &configkey.Error{Key: "CNIPodSelector", Value: c.CNIPodSelector, Reason: "is not a label selector", Err: err}
-		}
-		if sel.Empty() {
-			return configkey.New("CNIPodSelector", c.CNIPodSelector, "selects every pod of the namespace; name the CNI DaemonSet's pods")
-		}
 	}
 	if c.NodeReadiness {
 		if errs := validation.IsQualifiedName(c.StartupTaintKey); len(errs) > 0 {
@@ -216,8 +99,4 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-func (c *Config) detector() Detector {
-	return Detector{InitContainerNames: c.InitContainerNames, InitExitCode: c.InitExitCode, MinPodAge: c.MinPodAge, SandboxSlack: c.SandboxSlack}
 }

@@ -1,3 +1,25 @@
+// Package repair is the consul-cni-repair controller: it finds Consul
+// transparent-proxy pods whose sandbox was created without the consul-cni
+// plugin and gets them recreated by their owner.
+//
+// A Manager runs everything of the repair Deployment: the shared informers
+// (Informers: injected pods, nodes and CNI DaemonSet pods, slimmed to what
+// the controllers read before they are cached, listed page by page), the
+// metrics (Prometheus names in package metrics) and health endpoints,
+// leader election on a Lease (electedRunner: the controllers run only while
+// this replica holds it, and the lease is released only once they have
+// stopped, so two replicas never act at once) and, on the leader, two
+// controllers: the pod Controller here and node readiness (package
+// nodeready). Informers run on every replica, so a new leader starts warm.
+//
+// The Controller follows sample-controller: cheap event handlers put pod keys
+// on a rate-limited workqueue, and sync judges one pod from the caches with
+// package judge (signals, node gate, circuit breaker, the race lane) and
+// makes at most one API call: an eviction, a delete or a label patch, each
+// with preconditions on the pod's UID and resourceVersion, or in a dry run
+// only an Event. The Limiter bounds the actions: a cluster-wide cap for
+// every action, and per-node and global token buckets for pods not of the
+// race. Every skip, action and its latency is counted.
 package repair
 
 import (
@@ -23,6 +45,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // Event reasons. They are constant so that Events can be selected by reason.
@@ -61,16 +85,16 @@ const stateSweep = 5 * time.Minute
 // caches and makes at most one API call.
 type Controller struct {
 	cfg      Config
-	detector Detector
+	detector judge.Detector
 	client   kubernetes.Interface
 	pods     corelisters.PodLister
 	podIndex cache.Indexer
 	nodes    corelisters.NodeLister
-	gate     Gate
+	gate     judge.Gate
 	recorder record.EventRecorder
 	metrics  *Metrics
 	limiter  *Limiter
-	breaker  *Breaker
+	breaker  *judge.Breaker
 	queue    workqueue.TypedRateLimitingInterface[string]
 	synced   []cache.InformerSynced
 	now      func() time.Time
@@ -88,24 +112,24 @@ type podState struct {
 }
 
 // newController wires the repair controller to the shared informers.
-func newController(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
+func newController(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, m *Metrics) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Controller{
 		cfg:      cfg,
-		detector: cfg.detector(),
+		detector: cfg.Detector(),
 		client:   client,
 		pods:     corelisters.NewPodLister(inf.Pods.GetIndexer()),
 		podIndex: inf.Pods.GetIndexer(),
 		nodes:    corelisters.NewNodeLister(inf.Nodes.GetIndexer()),
 		recorder: recorder,
-		metrics:  metrics,
+		metrics:  m,
 		limiter:  newLimiter(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
-		breaker:  newBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
+		breaker:  judge.NewBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods", MetricsProvider: metrics.Workqueue}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods", MetricsProvider: m.Workqueue}),
 		synced: []cache.InformerSynced{inf.Pods.HasSynced, inf.Nodes.HasSynced},
 		now:    time.Now,
 		state:  map[types.UID]*podState{},
@@ -115,19 +139,17 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		cniIndex = inf.CNIPods.GetIndexer()
 		c.synced = append(c.synced, inf.CNIPods.HasSynced)
 	}
-	if cfg.Gate == GateCNIPod && cniIndex == nil {
+	if cfg.Gate == judge.GateCNIPod && cniIndex == nil {
 		return nil, errors.New("cni-pod gate needs the CNI pod informer")
 	}
-	c.gate = newGate(cfg.Gate, c.nodes, cniIndex, time.Now())
-	metrics.initCounters(cfg)
-	dryRunLabels := false
-	if g, ok := c.gate.(*nodeLabelGate); ok && cfg.DryRun && cfg.NodeReadiness && cniIndex != nil {
-		g.wouldLabel = &cniPodGate{pods: cniIndex}
-		dryRunLabels = true
-	}
-	metrics.registerBreaker(c.breaker)
-	metrics.stateCollector.brokenCounts = c.brokenCounts
-	metrics.stateCollector.nodeCounts = c.nodeCounts
+	// In a dry run node readiness writes no label: the node-label gate
+	// opens where it would have.
+	dryRunLabels := cfg.Gate == judge.GateNodeLabel && cfg.DryRun && cfg.NodeReadiness && cniIndex != nil
+	c.gate = judge.NewGate(cfg.Gate, c.nodes, cniIndex, time.Now(), dryRunLabels)
+	m.initCounters(cfg)
+	m.registerBreaker(c.breaker)
+	m.stateCollector.brokenCounts = c.brokenCounts
+	m.stateCollector.nodeCounts = c.nodeCounts
 
 	if _, err := inf.Pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueuePod,
@@ -145,7 +167,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		UpdateFunc: func(old, obj interface{}) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := obj.(*corev1.Node)
-			if ok1 && ok2 && (nodeLabelledReady(o) != nodeLabelledReady(n) ||
+			if ok1 && ok2 && (judge.LabelledReady(o) != judge.LabelledReady(n) ||
 				o.Annotations[annotations.AnnotationCNIReadySince] != n.Annotations[annotations.AnnotationCNIReadySince]) {
 				c.nodeChanged(n, false)
 			}
@@ -154,7 +176,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 	}); err != nil {
 		return nil, err
 	}
-	if inf.CNIPods != nil && (cfg.Gate == GateCNIPod || dryRunLabels) {
+	if inf.CNIPods != nil && (cfg.Gate == judge.GateCNIPod || dryRunLabels) {
 		if _, err := inf.CNIPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.cniPodChanged,
 			UpdateFunc: func(_, obj interface{}) { c.cniPodChanged(obj) },
@@ -263,7 +285,7 @@ func (c *Controller) podDeleted(obj interface{}) {
 // enqueueNode requeues every injected pod on node (the gate or the breaker
 // may have changed there).
 func (c *Controller) enqueueNode(node string) {
-	objs, err := c.podIndex.ByIndex(indexByNode, node)
+	objs, err := c.podIndex.ByIndex(judge.IndexByNode, node)
 	if err != nil {
 		return
 	}
@@ -273,9 +295,7 @@ func (c *Controller) enqueueNode(node string) {
 }
 
 func (c *Controller) nodeChanged(node *corev1.Node, initial bool) {
-	if g, ok := c.gate.(*nodeLabelGate); ok {
-		g.Observe(node, initial)
-	}
+	c.gate.Observe(node, initial)
 	if !initial {
 		c.enqueueNode(node.Name)
 	}
@@ -289,9 +309,7 @@ func (c *Controller) nodeDeleted(obj interface{}) {
 	if !ok {
 		return
 	}
-	if g, ok := c.gate.(*nodeLabelGate); ok {
-		g.Forget(node.Name)
-	}
+	c.gate.Forget(node.Name)
 	c.limiter.ForgetNode(node.Name)
 	c.breaker.Forget(node.Name)
 }
@@ -335,12 +353,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	c.metrics.knowNamespace(pod.Namespace) // normally done by the event handler already
 	st := c.podState(pod.UID, now)
 
-	if st.acted || (c.cfg.Action == ActionLabel && pod.Labels[annotations.LabelUninitialized] == annotations.LabelUninitializedValue) {
-		c.skip(st, SkipAlreadyActed)
+	if st.acted || (c.cfg.Action == judge.ActionLabel && pod.Labels[annotations.LabelUninitialized] == annotations.LabelUninitializedValue) {
+		c.skip(st, metrics.SkipAlreadyActed)
 		return nil
 	}
 	if controllerOf(pod) == nil && !c.cfg.AllowBarePods {
-		if c.skip(st, SkipBarePod) {
+		if c.skip(st, metrics.SkipBarePod) {
 			logger.Info("Broken bare pod left alone: nothing would recreate it", "detail", v.Detail)
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBarePodNotRepaired,
 				"Pod runs outside the mesh (%s) but has no controller to recreate it; recreate it yourself", v.Detail)
@@ -353,19 +371,19 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	open, since := c.gate.Open(node)
 	if !open {
-		if c.skip(st, SkipGateClosed) {
+		if c.skip(st, metrics.SkipGateClosed) {
 			logger.V(1).Info("Broken pod waits: CNI not ready on its node", "gate", c.gate.Mode())
 		}
 		return nil
 	}
 	if c.cfg.Breaker && c.breakerOpen(ctx, node, since, now) {
-		c.skip(st, SkipBreakerOpen)
+		c.skip(st, metrics.SkipBreakerOpen)
 		c.queue.AddAfter(key, breakerRecheck)
 		return nil
 	}
-	race := c.ofTheRace(pod, since)
+	race := c.detector.OfTheRace(c.gate, pod, since)
 	if ok, wait := c.limiter.Take(node, race, now); !ok {
-		c.skip(st, SkipRateLimited)
+		c.skip(st, metrics.SkipRateLimited)
 		c.queue.AddAfter(key, wait)
 		return nil
 	}
@@ -420,7 +438,7 @@ func (c *Controller) skip(st *podState, reason string) bool {
 // created after the node's CNI became ready (CountedByBreaker) and updates
 // the breaker.
 func (c *Controller) breakerOpen(ctx context.Context, node string, since, now time.Time) bool {
-	objs, err := c.podIndex.ByIndex(indexByNode, node)
+	objs, err := c.podIndex.ByIndex(judge.IndexByNode, node)
 	if err != nil {
 		return true
 	}
@@ -435,7 +453,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		if c.detector.Detect(p, now).Broken {
 			broken++
 		}
-		if t, _ := sandboxTime(p); earliest.IsZero() || t.Before(earliest) {
+		if t, _ := judge.SandboxTime(p); earliest.IsZero() || t.Before(earliest) {
 			earliest = t
 		}
 	}
@@ -474,7 +492,7 @@ func (c *Controller) recheckBreakers(ctx context.Context) {
 }
 
 // act performs the configured action (or its dry run) once.
-func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Pod, v Verdict, st *podState) error {
+func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Pod, v judge.Verdict, st *podState) error {
 	action := string(c.cfg.Action)
 	owner := controllerOf(pod)
 	ownerDesc := "no owner"
@@ -483,7 +501,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	}
 	if c.cfg.DryRun {
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), DryRunTrue).Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultSuccess, string(v.Reason), metrics.DryRunTrue).Inc()
 		logger.Info("Dry run: would repair pod", "action", action, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, EventWouldRepair,
 			"Dry run: would %s this pod (owner %s): it runs outside the mesh: %s", action, ownerDesc, v.Detail)
@@ -498,7 +516,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	switch {
 	case err == nil:
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultSuccess, string(v.Reason), dryRunFalse).Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultSuccess, string(v.Reason), metrics.DryRunFalse).Inc()
 		c.metrics.Latency.WithLabelValues(action).Observe(c.now().Sub(st.firstBroken).Seconds())
 		logger.Info("Repaired pod that bypassed the CNI plugin", "action", action, "owner", ownerDesc, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBypassedCNI, "%s: pod runs outside the mesh (%s); %s",
@@ -511,8 +529,8 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		// was replaced; its update event brings it back.
 		logger.V(2).Info("Pod changed before the action; re-examining", "err", err)
 		return nil
-	case c.cfg.Action == ActionEvict && apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultPDBBlocked, string(v.Reason), dryRunFalse).Inc()
+	case c.cfg.Action == judge.ActionEvict && apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultPDBBlocked, string(v.Reason), metrics.DryRunFalse).Inc()
 		c.mu.Lock()
 		first := !st.blocked
 		st.blocked = true
@@ -523,7 +541,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		}
 		return &retryError{msg: "eviction blocked by a PodDisruptionBudget"}
 	default:
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, ResultFailure, string(v.Reason), dryRunFalse).Inc()
+		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultFailure, string(v.Reason), metrics.DryRunFalse).Inc()
 		return fmt.Errorf("%s pod %s/%s: %w", action, pod.Namespace, pod.Name, err)
 	}
 }
@@ -534,18 +552,18 @@ func (c *Controller) markActed(st *podState) {
 	c.mu.Unlock()
 }
 
-func actionVerb(a Action) string {
+func actionVerb(a judge.Action) string {
 	switch a {
-	case ActionDelete:
+	case judge.ActionDelete:
 		return "Deleted"
-	case ActionLabel:
+	case judge.ActionLabel:
 		return "Labelled"
 	}
 	return "Evicted"
 }
 
-func actionEffect(a Action, owner string) string {
-	if a == ActionLabel {
+func actionEffect(a judge.Action, owner string) string {
+	if a == judge.ActionLabel {
 		return "labelled " + annotations.LabelUninitialized + "=" + annotations.LabelUninitializedValue + " for its owner to handle"
 	}
 	return "its owner " + owner + " recreates it with a new sandbox"
@@ -556,9 +574,9 @@ func actionEffect(a Action, owner string) string {
 func (c *Controller) do(ctx context.Context, pod *corev1.Pod) error {
 	pre := &metav1.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion}
 	switch c.cfg.Action {
-	case ActionDelete:
+	case judge.ActionDelete:
 		return c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
-	case ActionLabel:
+	case judge.ActionLabel:
 		patch, err := labelPatch(pod)
 		if err != nil {
 			return err
@@ -594,8 +612,8 @@ func labelPatch(pod *corev1.Pod) ([]byte, error) {
 // brokenCounts counts the cached pods detected broken, by namespace and
 // reason (metrics). Every namespace holding an injected transparent-proxy
 // pod is in the result, with zero counts when none is broken.
-func (c *Controller) brokenCounts() map[string]map[Reason]int {
-	out := map[string]map[Reason]int{}
+func (c *Controller) brokenCounts() map[string]map[judge.Reason]int {
+	out := map[string]map[judge.Reason]int{}
 	now := c.now()
 	for _, o := range c.podIndex.List() {
 		p, ok := o.(*corev1.Pod)
@@ -604,7 +622,7 @@ func (c *Controller) brokenCounts() map[string]map[Reason]int {
 		}
 		counts := out[p.Namespace]
 		if counts == nil {
-			counts = map[Reason]int{}
+			counts = map[judge.Reason]int{}
 			out[p.Namespace] = counts
 		}
 		if v := c.detector.Detect(p, now); v.Broken {
@@ -621,8 +639,8 @@ func (c *Controller) nodeCounts() (ready, notReady int) {
 		return 0, 0
 	}
 	for _, n := range nodes {
-		open := nodeLabelledReady(n)
-		if c.cfg.Gate == GateCNIPod {
+		open := judge.LabelledReady(n)
+		if c.cfg.Gate == judge.GateCNIPod {
 			open, _ = c.gate.Open(n.Name)
 		}
 		if open {
@@ -632,4 +650,16 @@ func (c *Controller) nodeCounts() (ready, notReady int) {
 		}
 	}
 	return ready, notReady
+}
+
+// controllerOf returns the controlling owner reference of pod, or nil for a
+// bare pod (nothing would recreate it).
+func controllerOf(pod *corev1.Pod) *metav1.OwnerReference {
+	for i := range pod.OwnerReferences {
+		ref := &pod.OwnerReferences[i]
+		if ref.Controller != nil && *ref.Controller {
+			return ref
+		}
+	}
+	return nil
 }

@@ -22,6 +22,9 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // harness is a controller over a fake clientset whose informer caches are
@@ -49,7 +52,7 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(100), metrics: newMetrics(), now: t0}
+	h := &harness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(100), metrics: newMetrics(), now: judgetest.T0}
 	h.c, err = newController(cfg, client, inf, h.recorder, h.metrics)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +86,7 @@ func (h *harness) addNode(n *corev1.Node) {
 	if err := h.inf.Nodes.GetIndexer().Add(s); err != nil {
 		h.t.Fatal(err)
 	}
-	if g, ok := h.c.gate.(*nodeLabelGate); ok {
-		g.Observe(s.(*corev1.Node), true)
-	}
+	h.c.gate.Observe(s.(*corev1.Node), true)
 }
 
 func (h *harness) sync(key string) error {
@@ -121,14 +122,14 @@ func (h *harness) events() []string {
 	}
 }
 
-func brokenB(opts ...podOpt) *corev1.Pod {
-	base := []podOpt{sandboxAt(-10 * time.Second), initStatus(corev1.ContainerStatus{
-		Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, -10*time.Second, -5*time.Second)},
+func brokenB(opts ...judgetest.PodOpt) *corev1.Pod {
+	base := []judgetest.PodOpt{judgetest.SandboxAt(-10 * time.Second), judgetest.InitStatus(corev1.ContainerStatus{
+		Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: judgetest.Terminated(88, -10*time.Second, -5*time.Second)},
 	})}
-	return mkPod(append(base, opts...)...)
+	return judgetest.Pod(append(base, opts...)...)
 }
 
-func repaired(m *Metrics, action, result string, reason Reason, dry string) float64 {
+func repaired(m *Metrics, action, result string, reason judge.Reason, dry string) float64 {
 	return testutil.ToFloat64(m.Repaired.WithLabelValues("app", action, result, string(reason), dry))
 }
 
@@ -161,7 +162,7 @@ func TestEvictBrokenPodOnceWithPreconditions(t *testing.T) {
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventBypassedCNI+" ") || !strings.Contains(evs[0], "exited with code 88") {
 		t.Fatalf("events: %q", evs)
 	}
-	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonInitCheckFailed, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); got != 1 {
 		t.Fatalf("repaired_total = %v", got)
 	}
 	if got := testutil.CollectAndCount(h.metrics.Latency); got != 1 {
@@ -177,13 +178,13 @@ func TestEvictBrokenPodOnceWithPreconditions(t *testing.T) {
 	if n := len(h.mutations()); n != 1 {
 		t.Fatalf("acted again: %d mutations", n)
 	}
-	if got := skipped(h.metrics, SkipAlreadyActed); got != 1 {
+	if got := skipped(h.metrics, metrics.SkipAlreadyActed); got != 1 {
 		t.Fatalf("skipped already_acted = %v, want 1 (counted once)", got)
 	}
 }
 
 func TestDeleteUsesPreconditions(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Action = ActionDelete })
+	h := newHarness(t, func(c *Config) { c.Action = judge.ActionDelete })
 	h.addNode(readyNode("n1"))
 	p := brokenB()
 	if err := h.sync(h.addPod(p)); err != nil {
@@ -203,7 +204,7 @@ func TestDeleteUsesPreconditions(t *testing.T) {
 }
 
 func TestLabelActionPatchesOnlyTheLabel(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h := newHarness(t, func(c *Config) { c.Action = judge.ActionLabel })
 	h.addNode(readyNode("n1"))
 	p := brokenB()
 	key := h.addPod(p)
@@ -228,7 +229,7 @@ func TestLabelActionPatchesOnlyTheLabel(t *testing.T) {
 		t.Fatalf("labels after patch: %v", got.Labels)
 	}
 	// A new leader (fresh state) sees the label and does not act again.
-	h2 := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h2 := newHarness(t, func(c *Config) { c.Action = judge.ActionLabel })
 	h2.addNode(readyNode("n1"))
 	if err := h2.sync(h2.addPod(got)); err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func TestLabelActionPatchesOnlyTheLabel(t *testing.T) {
 // our labels, so a pod injected by annotation alone has no labels in the
 // cache; labelling it must add ours to its real labels, not replace them.
 func TestLabelActionKeepsLabelsTheCacheDoesNotHold(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h := newHarness(t, func(c *Config) { c.Action = judge.ActionLabel })
 	h.addNode(readyNode("n1"))
 	p := brokenB()
 	p.Labels = map[string]string{"app": "web", "pod-template-hash": "5d8f"}
@@ -264,7 +265,7 @@ func TestLabelActionKeepsLabelsTheCacheDoesNotHold(t *testing.T) {
 }
 
 func TestDryRunMutatesNothing(t *testing.T) {
-	for _, action := range []Action{ActionEvict, ActionDelete, ActionLabel} {
+	for _, action := range []judge.Action{judge.ActionEvict, judge.ActionDelete, judge.ActionLabel} {
 		t.Run(string(action), func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.Action = action; c.DryRun = true })
 			h.addNode(readyNode("n1"))
@@ -281,10 +282,10 @@ func TestDryRunMutatesNothing(t *testing.T) {
 			if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventWouldRepair+" ") || !strings.Contains(evs[0], "would "+string(action)) {
 				t.Fatalf("events: %q", evs)
 			}
-			if got := repaired(h.metrics, string(action), ResultSuccess, ReasonInitCheckFailed, "true"); got != 1 {
+			if got := repaired(h.metrics, string(action), metrics.ResultSuccess, judge.ReasonInitCheckFailed, "true"); got != 1 {
 				t.Fatalf("dry_run counter = %v", got)
 			}
-			if got := repaired(h.metrics, string(action), ResultSuccess, ReasonInitCheckFailed, "false"); got != 0 {
+			if got := repaired(h.metrics, string(action), metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); got != 0 {
 				t.Fatalf("real counter = %v", got)
 			}
 		})
@@ -294,7 +295,7 @@ func TestDryRunMutatesNothing(t *testing.T) {
 func TestBarePodsAreLeftAloneUnlessAllowed(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(readyNode("n1"))
-	key := h.addPod(brokenB(bare()))
+	key := h.addPod(brokenB(judgetest.Bare()))
 	for i := 0; i < 2; i++ {
 		if err := h.sync(key); err != nil {
 			t.Fatal(err)
@@ -307,13 +308,13 @@ func TestBarePodsAreLeftAloneUnlessAllowed(t *testing.T) {
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventBarePodNotRepaired) {
 		t.Fatalf("events: %q", evs)
 	}
-	if got := skipped(h.metrics, SkipBarePod); got != 1 {
+	if got := skipped(h.metrics, metrics.SkipBarePod); got != 1 {
 		t.Fatalf("skipped bare_pod = %v", got)
 	}
 
 	h = newHarness(t, func(c *Config) { c.AllowBarePods = true })
 	h.addNode(readyNode("n1"))
-	if err := h.sync(h.addPod(brokenB(bare()))); err != nil {
+	if err := h.sync(h.addPod(brokenB(judgetest.Bare()))); err != nil {
 		t.Fatal(err)
 	}
 	if m := h.mutations(); len(m) != 1 {
@@ -322,12 +323,12 @@ func TestBarePodsAreLeftAloneUnlessAllowed(t *testing.T) {
 }
 
 func TestNeverTouched(t *testing.T) {
-	ts := at(-time.Second)
+	ts := judgetest.At(-time.Second)
 	for name, p := range map[string]*corev1.Pod{
 		"terminating": brokenB(func(p *corev1.Pod) { p.DeletionTimestamp = &ts }),
-		"mirror":      brokenB(withAnnotation(annotations.KeyConfigMirror, "x")),
-		"complete":    brokenB(withStatus("complete")),
-		"young A":     mkPod(sandboxAt(-time.Second)),
+		"mirror":      brokenB(judgetest.WithAnnotation(annotations.KeyConfigMirror, "x")),
+		"complete":    brokenB(judgetest.WithStatus("complete")),
+		"young A":     judgetest.Pod(judgetest.SandboxAt(-time.Second)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.AllowBarePods = true })
@@ -345,35 +346,22 @@ func TestNeverTouched(t *testing.T) {
 func TestSignalAFiresAfterMinAge(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(readyNode("n1"))
-	key := h.addPod(mkPod(sandboxAt(-10 * time.Second)))
+	key := h.addPod(judgetest.Pod(judgetest.SandboxAt(-10 * time.Second)))
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
 	}
 	if m := h.mutations(); len(m) != 0 {
 		t.Fatalf("acted before min age: %v", m)
 	}
-	h.now = t0.Add(21 * time.Second)
+	h.now = judgetest.T0.Add(21 * time.Second)
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
 	}
 	if m := h.mutations(); len(m) != 1 {
 		t.Fatalf("want an eviction after min age, got %v", m)
 	}
-	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonTProxyStatusStuck, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.ResultSuccess, judge.ReasonTProxyStatusStuck, "false"); got != 1 {
 		t.Fatalf("counter = %v", got)
-	}
-}
-
-func cniPod(node string, ready bool, since time.Duration) *corev1.Pod {
-	st := corev1.ConditionFalse
-	if ready {
-		st = corev1.ConditionTrue
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni-" + node, Namespace: defaultCNINamespace, UID: types.UID("cni-uid-" + node),
-			Labels: map[string]string{"app.kubernetes.io/name": "consul-cni"}},
-		Spec:   corev1.PodSpec{NodeName: node},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: at(since)}}},
 	}
 }
 
@@ -381,19 +369,19 @@ func TestGate(t *testing.T) {
 	unlabelled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	cases := []struct {
 		name   string
-		mode   GateMode
+		mode   judge.GateMode
 		node   *corev1.Node
 		cni    *corev1.Pod
 		action bool
 	}{
-		{"node-label: labelled", GateNodeLabel, readyNode("n1"), nil, true},
-		{"node-label: unlabelled", GateNodeLabel, unlabelled, cniPod("n1", true, -time.Hour), false},
-		{"node-label: node unknown", GateNodeLabel, nil, nil, false},
-		{"cni-pod: Ready", GateCNIPod, unlabelled, cniPod("n1", true, -time.Hour), true},
-		{"cni-pod: not Ready", GateCNIPod, readyNode("n1"), cniPod("n1", false, -time.Hour), false},
-		{"cni-pod: on another node", GateCNIPod, readyNode("n1"), cniPod("n2", true, -time.Hour), false},
-		{"cni-pod: none", GateCNIPod, readyNode("n1"), nil, false},
-		{"none", GateNone, unlabelled, nil, true},
+		{"node-label: labelled", judge.GateNodeLabel, readyNode("n1"), nil, true},
+		{"node-label: unlabelled", judge.GateNodeLabel, unlabelled, judgetest.CNIPod("n1", true, -time.Hour), false},
+		{"node-label: node unknown", judge.GateNodeLabel, nil, nil, false},
+		{"cni-pod: Ready", judge.GateCNIPod, unlabelled, judgetest.CNIPod("n1", true, -time.Hour), true},
+		{"cni-pod: not Ready", judge.GateCNIPod, readyNode("n1"), judgetest.CNIPod("n1", false, -time.Hour), false},
+		{"cni-pod: on another node", judge.GateCNIPod, readyNode("n1"), judgetest.CNIPod("n2", true, -time.Hour), false},
+		{"cni-pod: none", judge.GateCNIPod, readyNode("n1"), nil, false},
+		{"none", judge.GateNone, unlabelled, nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -413,7 +401,7 @@ func TestGate(t *testing.T) {
 			if got := len(h.mutations()) == 1; got != tc.action {
 				t.Fatalf("acted = %v, want %v", got, tc.action)
 			}
-			if !tc.action && skipped(h.metrics, SkipGateClosed) != 1 {
+			if !tc.action && skipped(h.metrics, metrics.SkipGateClosed) != 1 {
 				t.Fatalf("gate_closed not counted")
 			}
 		})
@@ -440,7 +428,7 @@ func TestPDBBlockedEvictionRetriesWithBackoff(t *testing.T) {
 			t.Fatalf("attempt %d: want a retry error, got %v", i, err)
 		}
 	}
-	if got := repaired(h.metrics, "evict", ResultPDBBlocked, ReasonInitCheckFailed, "false"); got != 3 {
+	if got := repaired(h.metrics, "evict", metrics.ResultPDBBlocked, judge.ReasonInitCheckFailed, "false"); got != 3 {
 		t.Fatalf("pdb_blocked = %v", got)
 	}
 	if evs := h.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventEvictionBlocked) {
@@ -456,7 +444,7 @@ func TestPDBBlockedEvictionRetriesWithBackoff(t *testing.T) {
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
 	}
-	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonInitCheckFailed, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); got != 1 {
 		t.Fatalf("success after budget = %v", got)
 	}
 }
@@ -490,7 +478,7 @@ func TestConflictAndOtherErrors(t *testing.T) {
 	if err := h.sync(key); err == nil {
 		t.Fatal("internal error: want an error to retry")
 	}
-	if got := repaired(h.metrics, "evict", ResultFailure, ReasonInitCheckFailed, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.ResultFailure, judge.ReasonInitCheckFailed, "false"); got != 1 {
 		t.Fatalf("failure = %v", got)
 	}
 	// Throttling 429 without a disruption-budget cause is a failure, not pdb_blocked.
@@ -498,14 +486,14 @@ func TestConflictAndOtherErrors(t *testing.T) {
 	if err := h.sync(key); err == nil {
 		t.Fatal("429: want an error")
 	}
-	if got := repaired(h.metrics, "evict", ResultPDBBlocked, ReasonInitCheckFailed, "false"); got != 0 {
+	if got := repaired(h.metrics, "evict", metrics.ResultPDBBlocked, judge.ReasonInitCheckFailed, "false"); got != 0 {
 		t.Fatalf("throttling counted as pdb_blocked")
 	}
 	next = nil
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
 	}
-	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonInitCheckFailed, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); got != 1 {
 		t.Fatalf("success = %v", got)
 	}
 }
@@ -529,7 +517,7 @@ func TestControllerRateLimit(t *testing.T) {
 	if n := len(h.mutations()); n != 1 {
 		t.Fatalf("global limit 1/min: %d actions", n)
 	}
-	if got := skipped(h.metrics, SkipRateLimited); got != 1 {
+	if got := skipped(h.metrics, metrics.SkipRateLimited); got != 1 {
 		t.Fatalf("rate_limited = %v", got)
 	}
 	h.now = h.now.Add(61 * time.Second)
@@ -543,7 +531,7 @@ func TestControllerRateLimit(t *testing.T) {
 
 func TestLimiter(t *testing.T) {
 	l := newLimiter(60, 10) // global burst 6, per-node burst 1
-	now := t0
+	now := judgetest.T0
 	for i := 0; i < 6; i++ {
 		if ok, _ := l.Take("n"+string(rune('a'+i)), false, now); !ok {
 			t.Fatalf("take %d refused", i)
@@ -569,40 +557,19 @@ func TestLimiter(t *testing.T) {
 	}
 }
 
-func TestBreaker(t *testing.T) {
-	b := newBreaker(0.5, 3)
-	for _, tc := range []struct {
-		broken, total int
-		open          bool
-	}{{0, 0, false}, {2, 2, false}, {3, 3, true}, {3, 6, true}, {3, 7, false}, {10, 100, false}, {50, 100, true}} {
-		if got := b.Trips(tc.broken, tc.total); got != tc.open {
-			t.Errorf("Trips(%d, %d) = %v", tc.broken, tc.total, got)
-		}
-	}
-	if open, changed := b.Update("n", 3, 3); !open || !changed || b.OpenNodes() != 1 {
-		t.Fatal("did not open")
-	}
-	if open, changed := b.Update("n", 4, 4); !open || changed {
-		t.Fatal("changed while open")
-	}
-	if open, changed := b.Update("n", 0, 4); open || !changed || b.OpenNodes() != 0 {
-		t.Fatal("did not close")
-	}
-}
-
 // The race (pods whose sandbox predates the node's CNI readiness) does not
 // trip the breaker; pods created after it that break too do.
 func TestControllerBreaker(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	h.addNode(node)
-	s, _ := slimCNIPod(cniPod("n1", true, -4*time.Minute)) // CNI ready since t0-4m
+	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -4*time.Minute)) // CNI ready since T0-4m
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
 	brokenAt := func(d time.Duration) *corev1.Pod {
-		return mkPod(sandboxAt(d), initStatus(corev1.ContainerStatus{
-			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, d, d+time.Second)},
+		return judgetest.Pod(judgetest.SandboxAt(d), judgetest.InitStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: judgetest.Terminated(88, d, d+time.Second)},
 		}))
 	}
 	// The race: 4 pods whose sandbox is older than the CNI's readiness.
@@ -624,7 +591,7 @@ func TestControllerBreaker(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		keys = append(keys, h.addPod(brokenAt(-30*time.Second)))
 	}
-	h.addPod(mkPod(withStatus("complete"), sandboxAt(-20*time.Second)))
+	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-20*time.Second)))
 	for _, k := range keys {
 		if err := h.sync(k); err != nil {
 			t.Fatal(err)
@@ -636,7 +603,7 @@ func TestControllerBreaker(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
 		t.Fatalf("open nodes gauge = %v", got)
 	}
-	if got := skipped(h.metrics, SkipBreakerOpen); got != 3 {
+	if got := skipped(h.metrics, metrics.SkipBreakerOpen); got != 3 {
 		t.Fatalf("breaker_open = %v", got)
 	}
 	var opened int
@@ -650,7 +617,7 @@ func TestControllerBreaker(t *testing.T) {
 	}
 	// The CNI pod restarts with a fixed configuration: its readiness is
 	// newer than those pods, the breaker closes and they are repaired.
-	s, _ = slimCNIPod(cniPod("n1", true, -time.Second))
+	s, _ = slimCNIPod(judgetest.CNIPod("n1", true, -time.Second))
 	if err := h.inf.CNIPods.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}
@@ -670,16 +637,16 @@ func TestControllerBreaker(t *testing.T) {
 // An open breaker whose broken pods are deleted by hand closes at the next
 // periodic re-check, although no broken pod is synced there any more.
 func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(cniPod("n1", true, -10*time.Minute))
+	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -10*time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
 	var pods []*corev1.Pod
 	for i := 0; i < 3; i++ {
-		p := mkPod(sandboxAt(-30*time.Second), initStatus(corev1.ContainerStatus{
-			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, -30*time.Second, -29*time.Second)},
+		p := judgetest.Pod(judgetest.SandboxAt(-30*time.Second), judgetest.InitStatus(corev1.ContainerStatus{
+			Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: judgetest.Terminated(88, -30*time.Second, -29*time.Second)},
 		}))
 		pods = append(pods, p)
 		if err := h.sync(h.addPod(p)); err != nil {
@@ -717,7 +684,7 @@ func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
 // under the same name while the watch was down) is dropped by the sweep;
 // the state of pods still cached is kept.
 func TestForgetGonePods(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Action = ActionLabel })
+	h := newHarness(t, func(c *Config) { c.Action = judge.ActionLabel })
 	h.addNode(readyNode("n1"))
 	gone, kept := brokenB(), brokenB()
 	for _, p := range []*corev1.Pod{gone, kept} {
@@ -746,12 +713,12 @@ func TestStateMetrics(t *testing.T) {
 	h.addNode(readyNode("n1"))
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
 	h.addPod(brokenB())
-	h.addPod(mkPod(sandboxAt(-time.Hour)))
-	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour)))
-	h.addPod(mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Hour)))
-	h.addPod(mkPod(withStatus("complete"), sandboxAt(-time.Hour), inNamespace("quiet")))
+	h.addPod(judgetest.Pod(judgetest.SandboxAt(-time.Hour)))
+	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour)))
+	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Hour)))
+	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour), judgetest.InNamespace("quiet")))
 	// not a transparent-proxy pod: its namespace is not reported
-	h.addPod(mkPod(withoutAnnotation(annotations.KeyTransparentProxyStatus), sandboxAt(-time.Hour), inNamespace("plain")))
+	h.addPod(judgetest.Pod(judgetest.WithoutAnnotation(annotations.KeyTransparentProxyStatus), judgetest.SandboxAt(-time.Hour), judgetest.InNamespace("plain")))
 	const want = `
 # HELP consul_cni_repair_broken_pods Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.
 # TYPE consul_cni_repair_broken_pods gauge
@@ -766,7 +733,7 @@ consul_cni_repair_broken_pods{namespace="quiet",reason="tproxy_status_stuck"} 0
 consul_cni_repair_nodes{cni_ready="false"} 1
 consul_cni_repair_nodes{cni_ready="true"} 1
 `
-	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), MetricsPrefix+"broken_pods", MetricsPrefix+"nodes"); err != nil {
+	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), metrics.Prefix+"broken_pods", metrics.Prefix+"nodes"); err != nil {
 		t.Fatal(err)
 	}
 	// Every documented metric name is registered.
@@ -788,42 +755,41 @@ consul_cni_repair_nodes{cni_ready="true"} 1
 	}
 	for _, n := range []string{"pods_repaired_total", "broken_pods", "skipped_total", "detection_to_action_seconds", "circuit_breaker_open_nodes",
 		"nodes", "node_readiness_changes_total", "leader", "build_info"} {
-		if !names[MetricsPrefix+n] {
-			t.Errorf("metric %s%s not registered", MetricsPrefix, n)
+		if !names[metrics.Prefix+n] {
+			t.Errorf("metric %s%s not registered", metrics.Prefix, n)
 		}
 	}
 }
 
+// The controller's own settings are checked, and the judgement's with them
+// (judge.Config's own test covers each of those).
 func TestConfigValidate(t *testing.T) {
-	configFields := map[string]bool{}
-	for f := range reflect.TypeFor[Config]().Fields() {
-		configFields[f.Name] = true
-	}
 	for name, mut := range map[string]func(*Config){
-		"action":        func(c *Config) { c.Action = "kill" },
-		"gate":          func(c *Config) { c.Gate = "maybe" },
-		"exit code":     func(c *Config) { c.InitExitCode = 0 },
-		"rate":          func(c *Config) { c.MaxRepairsPerMinute = 0 },
-		"threshold":     func(c *Config) { c.BreakerThreshold = 1.5 },
-		"init name":     func(c *Config) { c.InitContainerNames = []string{"Bad_Name"} },
-		"selector":      func(c *Config) { c.InjectedPodSelector = "a in (" },
+		"judgement":     func(c *Config) { c.Action = "kill" },
 		"cni selector":  func(c *Config) { c.CNIPodSelector = "" },
+		"rate":          func(c *Config) { c.MaxRepairsPerMinute = 0 },
 		"taint key":     func(c *Config) { c.StartupTaintKey = "" },
 		"taint effect":  func(c *Config) { c.StartupTaintEffect = "Sometimes" },
 		"backoff order": func(c *Config) { c.BackoffMax = time.Millisecond },
-		"sandbox slack": func(c *Config) { c.SandboxSlack = 500 * time.Millisecond },
 	} {
 		c := defaultConfig()
 		mut(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
-		} else if ke := (*configkey.Error)(nil); !errors.As(err, &ke) || !configFields[ke.Keys()[0]] || strings.Contains(err.Error(), "--") {
-			t.Errorf("%s: error does not name the key (a Config field): %v", name, err)
+		} else if ke := (*configkey.Error)(nil); !errors.As(err, &ke) || strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: error does not name the key: %v", name, err)
+		} else if _, ok := reflect.TypeFor[Config]().FieldByName(ke.Keys()[0]); !ok {
+			t.Errorf("%s: key %s is not a Config field: %v", name, ke.Keys()[0], err)
 		}
 	}
 	c := defaultConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+	// Without node readiness nor the cni-pod gate nothing reads CNI pods.
+	c.NodeReadiness, c.CNIPodSelector = false, ""
+	if err := c.Validate(); err != nil {
+		t.Fatalf("CNI pod selector checked although nothing reads CNI pods: %v", err)
 	}
 }
 
@@ -831,15 +797,15 @@ func TestConfigValidate(t *testing.T) {
 // before the CNI became ready whose sandbox was recreated since, and are
 // broken, count against it.
 func TestBreakerCountsLatestSandboxes(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Gate = GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
+	h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(cniPod("n1", true, -4*time.Minute))
+	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -4*time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
 	for i := 0; i < 3; i++ {
-		keys = append(keys, h.addPod(brokenB(startedApp(-5*time.Minute))))
+		keys = append(keys, h.addPod(brokenB(judgetest.StartedApp(-5*time.Minute))))
 	}
 	for _, k := range keys {
 		if err := h.sync(k); err != nil {
@@ -858,21 +824,21 @@ func TestBreakerCountsLatestSandboxes(t *testing.T) {
 // neither acted on nor counted by the breaker nor by broken_pods.
 func TestFinishedPodsAreNeverBroken(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.Gate = GateCNIPod
+		c.Gate = judge.GateCNIPod
 		c.BreakerMinPods = 3
 		c.BreakerThreshold = 0.5
 		c.AllowBarePods = true
 	})
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
 	finished := []*corev1.Pod{
-		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodSucceeded)),
-		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodSucceeded), bare()),
-		mkPod(sandboxAt(-30*time.Second), inPhase(corev1.PodFailed)),
-		mkPod(withStatus("complete"), appliedAt(-time.Hour), sandboxAt(-30*time.Second), inPhase(corev1.PodFailed)),
+		judgetest.Pod(judgetest.SandboxAt(-30*time.Second), judgetest.InPhase(corev1.PodSucceeded)),
+		judgetest.Pod(judgetest.SandboxAt(-30*time.Second), judgetest.InPhase(corev1.PodSucceeded), judgetest.Bare()),
+		judgetest.Pod(judgetest.SandboxAt(-30*time.Second), judgetest.InPhase(corev1.PodFailed)),
+		judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-time.Hour), judgetest.SandboxAt(-30*time.Second), judgetest.InPhase(corev1.PodFailed)),
 	}
 	var keys []string
 	for _, p := range finished {
@@ -898,7 +864,7 @@ consul_cni_repair_broken_pods{namespace="app",reason="init_check_failed"} 1
 consul_cni_repair_broken_pods{namespace="app",reason="sandbox_recreated"} 0
 consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 0
 `
-	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), MetricsPrefix+"broken_pods"); err != nil {
+	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), metrics.Prefix+"broken_pods"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -908,14 +874,14 @@ consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 0
 func TestSandboxRecreatedIsRepaired(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(readyNode("n1"))
-	key := h.addPod(mkPod(withStatus("complete"), appliedAt(-2*time.Hour), sandboxAt(-time.Minute)))
+	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute)))
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
 	}
 	if acts := h.mutations(); len(acts) != 1 || acts[0].GetSubresource() != "eviction" {
 		t.Fatalf("want one eviction, got %v", acts)
 	}
-	if got := repaired(h.metrics, "evict", ResultSuccess, ReasonSandboxRecreated, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); got != 1 {
 		t.Fatalf("repaired{reason=sandbox_recreated} = %v", got)
 	}
 	ev := h.events()
@@ -930,17 +896,17 @@ func TestSandboxRecreatedIsRepaired(t *testing.T) {
 // that are broken open the breaker in each of them.
 func TestBreakerBaselineSurvivesRestart(t *testing.T) {
 	node := readyNode("n1")
-	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0.Add(-10 * time.Minute))}
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(judgetest.T0.Add(-10 * time.Minute))}
 	for _, process := range []string{"first", "restarted"} {
 		t.Run(process, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 			h.addNode(node)
-			if open, since := h.c.gate.Open("n1"); !open || !since.Equal(t0.Add(-10*time.Minute)) {
+			if open, since := h.c.gate.Open("n1"); !open || !since.Equal(judgetest.T0.Add(-10*time.Minute)) {
 				t.Fatalf("gate: open %v since %s, want since the annotation", open, since)
 			}
 			var keys []string
 			for i := 0; i < 3; i++ {
-				keys = append(keys, h.addPod(brokenB(func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = at(-5 * time.Minute) })))
+				keys = append(keys, h.addPod(brokenB(func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = judgetest.At(-5 * time.Minute) })))
 			}
 			for _, k := range keys {
 				if err := h.sync(k); err != nil {
@@ -957,28 +923,6 @@ func TestBreakerBaselineSurvivesRestart(t *testing.T) {
 	}
 }
 
-// What the node-readiness controller writes is what the gate reads back.
-func TestReadySinceRoundTrip(t *testing.T) {
-	nr := newNRHarness(t, nil, nodeObject(nil), cniPod("n1", true, -time.Second))
-	nr.n.now = func() time.Time { return t0.Add(-7 * time.Minute) }
-	if err := nr.n.sync(context.Background(), "n1"); err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, nil)
-	h.addNode(nr.node())
-	if open, since := h.c.gate.Open("n1"); !open || !since.Equal(t0.Add(-7*time.Minute)) {
-		t.Fatalf("gate: open %v since %s", open, since)
-	}
-	// A value in the future (another clock) is never used as is.
-	future := nr.node()
-	future.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(time.Now().Add(time.Hour))
-	h = newHarness(t, nil)
-	h.addNode(future)
-	if _, since := h.c.gate.Open("n1"); since.After(time.Now()) {
-		t.Fatalf("since %s is in the future", since)
-	}
-}
-
 // In a dry run node readiness labels nothing, so the node-label gate also
 // opens where it would have labelled the node (a Ready CNI pod on it):
 // the audit still reports the pods it would repair.
@@ -986,12 +930,12 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.DryRun = true })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
-	s, _ := slimCNIPod(cniPod("n1", true, -time.Minute))
+	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
 	for _, node := range []string{"n1", "n2"} {
-		if err := h.sync(h.addPod(brokenB(onNode(node)))); err != nil {
+		if err := h.sync(h.addPod(brokenB(judgetest.OnNode(node)))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -999,7 +943,7 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+EventWouldRepair) {
 		t.Fatalf("events %q: want one WouldRepair (n1)", evs)
 	}
-	if got := skipped(h.metrics, SkipGateClosed); got != 1 {
+	if got := skipped(h.metrics, metrics.SkipGateClosed); got != 1 {
 		t.Fatalf("gate_closed = %v (n2 has no Ready CNI pod)", got)
 	}
 	if m := h.mutations(); len(m) != 0 {
@@ -1021,23 +965,23 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 // breaker as before.
 func TestBreakerAfterUnseenReboot(t *testing.T) {
 	const pods = 10
-	oldSince := annotations.FormatTime(t0.Add(-time.Hour))
+	oldSince := annotations.FormatTime(judgetest.T0.Add(-time.Hour))
 	back := -5 * time.Minute // the CNI pod is back (Ready, or its container started)
 	cases := []struct {
 		name     string
-		gate     GateMode
+		gate     judge.GateMode
 		restart  func(p *corev1.Pod) // how the CNI pod shows the restart
 		sandbox  time.Duration       // the pods' recreated sandboxes
 		repaired int
 		open     float64
 	}{
-		{"node-label, Ready transition", GateNodeLabel, readyAt(back), back - 10*time.Second, pods, 0},
-		{"node-label, container start", GateNodeLabel, runningSince(back), back - 10*time.Second, pods, 0},
-		{"cni-pod, container start", GateCNIPod, runningSince(back), back - 10*time.Second, pods, 0},
-		{"node-label, sandboxes dated just after the CNI was back", GateNodeLabel, readyAt(back), back + 3*time.Second, pods, 0},
-		{"cni-pod, sandboxes dated within the slack after the CNI was back", GateCNIPod, runningSince(back), back + defaultSandboxSlack - time.Second, pods, 0},
-		{"node-label, sandboxes a slack after the CNI was back", GateNodeLabel, readyAt(back), back + defaultSandboxSlack, 0, 1},
-		{"cni-pod, sandboxes after the CNI was back", GateCNIPod, runningSince(back), -10 * time.Second, 0, 1},
+		{"node-label, Ready transition", judge.GateNodeLabel, judgetest.ReadyAt(back), back - 10*time.Second, pods, 0},
+		{"node-label, container start", judge.GateNodeLabel, judgetest.RunningSince(back), back - 10*time.Second, pods, 0},
+		{"cni-pod, container start", judge.GateCNIPod, judgetest.RunningSince(back), back - 10*time.Second, pods, 0},
+		{"node-label, sandboxes dated just after the CNI was back", judge.GateNodeLabel, judgetest.ReadyAt(back), back + 3*time.Second, pods, 0},
+		{"cni-pod, sandboxes dated within the slack after the CNI was back", judge.GateCNIPod, judgetest.RunningSince(back), back + judge.DefaultConfig().SandboxSlack - time.Second, pods, 0},
+		{"node-label, sandboxes a slack after the CNI was back", judge.GateNodeLabel, judgetest.ReadyAt(back), back + judge.DefaultConfig().SandboxSlack, 0, 1},
+		{"cni-pod, sandboxes after the CNI was back", judge.GateCNIPod, judgetest.RunningSince(back), -10 * time.Second, 0, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1045,7 +989,7 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 			node := readyNode("n1")
 			node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: oldSince}
 			h.addNode(node)
-			cni := cniPod("n1", true, -2*time.Hour)
+			cni := judgetest.CNIPod("n1", true, -2*time.Hour)
 			tc.restart(cni)
 			s, _ := slimCNIPod(cni)
 			if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
@@ -1053,33 +997,19 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 			}
 			var keys []string
 			for i := 0; i < pods; i++ {
-				keys = append(keys, h.addPod(mkPod(withStatus(annotations.TProxyStatusComplete), appliedAt(-2*time.Hour), sandboxAt(tc.sandbox))))
+				keys = append(keys, h.addPod(judgetest.Pod(judgetest.WithStatus(annotations.TProxyStatusComplete), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(tc.sandbox))))
 			}
 			for _, k := range keys {
 				if err := h.sync(k); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if got := repaired(h.metrics, "evict", ResultSuccess, ReasonSandboxRecreated, "false"); got != float64(tc.repaired) {
+			if got := repaired(h.metrics, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); got != float64(tc.repaired) {
 				t.Fatalf("%v of %d pods repaired, want %d", got, pods, tc.repaired)
 			}
 			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != tc.open {
 				t.Fatalf("open nodes gauge = %v, want %v", got, tc.open)
 			}
 		})
-	}
-}
-
-// readyAt sets the CNI pod's Ready transition to t0+d.
-func readyAt(d time.Duration) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = at(d) }
-}
-
-// runningSince adds a container running since t0+d to the CNI pod, its
-// Ready transition left as it was.
-func runningSince(d time.Duration) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "installer", RestartCount: 1,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(d)}}})
 	}
 }

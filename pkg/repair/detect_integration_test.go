@@ -19,6 +19,9 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/nodeready"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
@@ -76,7 +79,7 @@ func TestIntegrationDryRunNodeReadinessMutatesNothing(t *testing.T) {
 	startControllerWrapped(t, c, ns, func(m *repair.ManagerConfig) {
 		m.DryRun, m.NodeReadiness, m.ReaddStartupTaint = true, true, true
 	}, writes.wrap)
-	for node, reason := range map[string]string{wouldReady: repair.EventWouldMarkCNIReady, wouldNotReady: repair.EventWouldMarkCNINotReady} {
+	for node, reason := range map[string]string{wouldReady: nodeready.EventWouldMarkCNIReady, wouldNotReady: nodeready.EventWouldMarkCNINotReady} {
 		poll.Eventually(t, waitTimeout, reason+" event on "+node, func() (bool, error) {
 			evs := nodeEvents(t, c.Client, node, reason)
 			return len(evs) == 1 && evs[0].Type == corev1.EventTypeNormal, nil
@@ -99,7 +102,7 @@ func TestIntegrationDryRunNodeReadinessMutatesNothing(t *testing.T) {
 			hasTaint(n, annotations.TaintCNINotReady) != hasTaint(b, annotations.TaintCNINotReady) || since {
 			t.Fatalf("dry run changed node %s: labels %v taints %v annotations %v (before: %v %v)", name, n.Labels, n.Spec.Taints, n.Annotations, b.Labels, b.Spec.Taints)
 		}
-		for _, reason := range []string{repair.EventCNIReady, repair.EventCNINotReady} {
+		for _, reason := range []string{nodeready.EventCNIReady, nodeready.EventCNINotReady} {
 			if len(nodeEvents(t, c.Client, name, reason)) != 0 {
 				t.Fatalf("node %s: a %s event in a dry run", name, reason)
 			}
@@ -228,7 +231,7 @@ func TestIntegrationSandboxRecreatedEvicted(t *testing.T) {
 	}
 	p = markRunningReady(t, c.Client, p)
 	replaced(t, c.Client, ns, "rebooted", p.UID, 1)
-	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonSandboxRecreated, "false"); n != 1 {
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); n != 1 {
 		t.Fatalf("repaired{reason=sandbox_recreated} = %v", n)
 	}
 }

@@ -2,7 +2,6 @@ package repair
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +13,8 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
 
 var everything = labels.Everything()
@@ -63,7 +64,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			},
 			DisableChunking: true,
 		}
-		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, podNodeIndexer())
+		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, judge.PodNodeIndexers())
 		_ = i.SetTransform(slim)
 		return i
 	})
@@ -84,9 +85,9 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 		_ = i.SetTransform(slimNode)
 		return i
 	})
-	if cfg.NodeReadiness || cfg.Gate == GateCNIPod {
+	if cfg.NodeReadiness || cfg.Gate == judge.GateCNIPod {
 		inf.CNIPods = f.InformerFor(&cniPodKey{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			i := coreinformers.NewFilteredPodInformer(c, cfg.CNINamespace, resync, podNodeIndexer(), func(o *metav1.ListOptions) {
+			i := coreinformers.NewFilteredPodInformer(c, cfg.CNINamespace, resync, judge.PodNodeIndexers(), func(o *metav1.ListOptions) {
 				o.LabelSelector = cfg.CNIPodSelector
 			})
 			_ = i.SetTransform(slimCNIPod)
@@ -151,11 +152,6 @@ func (i *Informers) HasSynced() bool {
 		}
 	}
 	return true
-}
-
-// jsonPointerEscape escapes a map key for a JSON patch path (RFC 6901).
-func jsonPointerEscape(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
 func metav1ObjectMeta(ns, name string) metav1.ObjectMeta {

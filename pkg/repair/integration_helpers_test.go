@@ -30,6 +30,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -103,7 +104,7 @@ func overlayActionRules(t testing.TB, overlay string) []rbacv1.PolicyRule {
 // (cluster-scoped names get a suffix) and returns a client configuration
 // holding that ServiceAccount's real token: the controller runs with exactly
 // these permissions and nothing else.
-func controllerConfig(t testing.TB, c *cluster.Cluster, ns string, action repair.Action) *rest.Config {
+func controllerConfig(t testing.TB, c *cluster.Cluster, ns string, action judge.Action) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
 	data := rbacDocs(t)
@@ -132,7 +133,7 @@ func controllerConfig(t testing.TB, c *cluster.Cluster, ns string, action repair
 		case "ClusterRole":
 			var o rbacv1.ClusterRole
 			mustUnmarshal(t, doc, &o)
-			if o.Name == "consul-cni-repair-action" && action != repair.ActionEvict {
+			if o.Name == "consul-cni-repair-action" && action != judge.ActionEvict {
 				o.Rules = overlayActionRules(t, string(action))
 			}
 			o.Name += suffix

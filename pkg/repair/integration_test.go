@@ -19,6 +19,9 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/nodeready"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
@@ -64,7 +67,7 @@ func replaced(t *testing.T, client kubernetes.Interface, ns, app string, old typ
 	})
 }
 
-func repairedTotal(m *repair.Manager, ns, action, result string, reason repair.Reason, dry string) float64 {
+func repairedTotal(m *repair.Manager, ns, action, result string, reason judge.Reason, dry string) float64 {
 	return testutil.ToFloat64(m.Metrics.Repaired.WithLabelValues(ns, action, result, string(reason), dry))
 }
 
@@ -98,12 +101,12 @@ func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
 	if err != nil || got.UID != healthy.UID || got.DeletionTimestamp != nil {
 		t.Fatalf("healthy pod touched: %v %+v", err, got.ObjectMeta)
 	}
-	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 2 {
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 2 {
 		t.Fatalf("pods_repaired_total = %v, want 2", n)
 	}
 	// The replacements (not broken yet: no sandbox) are left alone.
 	time.Sleep(2 * time.Second)
-	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 2 {
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 2 {
 		t.Fatalf("pods_repaired_total = %v after replacement, want 2", n)
 	}
 }
@@ -139,7 +142,7 @@ func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 	r := startController(t, c, ns, nil)
 
 	poll.Eventually(t, waitTimeout, "eviction blocked by the PDB", func() (bool, error) {
-		return repairedTotal(r.m, ns, "evict", repair.ResultPDBBlocked, repair.ReasonTProxyStatusStuck, "false") >= 2, nil
+		return repairedTotal(r.m, ns, "evict", metrics.ResultPDBBlocked, judge.ReasonTProxyStatusStuck, "false") >= 2, nil
 	})
 	if len(events(t, c.Client, ns, pods[0].UID, repair.EventEvictionBlocked)) == 0 {
 		t.Error("no EvictionBlocked event")
@@ -157,7 +160,7 @@ func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	replaced(t, c.Client, ns, "db", pods[0].UID, 2)
-	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonTProxyStatusStuck, "false"); n != 1 {
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonTProxyStatusStuck, "false"); n != 1 {
 		t.Fatalf("success = %v", n)
 	}
 	if p, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), pods[1].Name, metav1.GetOptions{}); err != nil || p.UID != pods[1].UID {
@@ -176,7 +179,7 @@ func TestIntegrationBarePodUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.Action = repair.ActionDelete })
+	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.Action = judge.ActionDelete })
 	pod = markBroken(t, c.Client, pod)
 	poll.Eventually(t, waitTimeout, "BarePodNotRepaired event", func() (bool, error) {
 		return len(events(t, c.Client, ns, pod.UID, repair.EventBarePodNotRepaired)) == 1, nil
@@ -185,7 +188,7 @@ func TestIntegrationBarePodUntouched(t *testing.T) {
 	if err != nil || got.UID != pod.UID || got.ResourceVersion != pod.ResourceVersion || got.DeletionTimestamp != nil {
 		t.Fatalf("bare pod touched: %v %+v", err, got.ObjectMeta)
 	}
-	if n := testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(repair.SkipBarePod)); n != 1 {
+	if n := testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(metrics.SkipBarePod)); n != 1 {
 		t.Fatalf("skipped bare_pod = %v", n)
 	}
 }
@@ -281,10 +284,10 @@ func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 			t.Fatal("dry run reported a real action")
 		}
 	}
-	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "true"); n != 2 {
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "true"); n != 2 {
 		t.Fatalf("dry_run=true count = %v", n)
 	}
-	if n := repairedTotal(r.m, ns, "evict", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 0 {
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 0 {
 		t.Fatalf("real count = %v", n)
 	}
 }
@@ -299,7 +302,7 @@ func TestIntegrationGateClosedThenOpen(t *testing.T) {
 	r := startController(t, c, ns, nil)
 	p := markBroken(t, c.Client, &pods[0])
 	poll.Eventually(t, waitTimeout, "gate_closed skip", func() (bool, error) {
-		return testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(repair.SkipGateClosed)) == 1, nil
+		return testutil.ToFloat64(r.m.Metrics.Skipped.WithLabelValues(metrics.SkipGateClosed)) == 1, nil
 	})
 	time.Sleep(time.Second)
 	if got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != p.ResourceVersion {
@@ -320,7 +323,7 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 	node := createNode(t, c, true)
 	pods := replicaSet(t, c, ns, "ha", node, 2)
 	label := func(id string) func(*repair.ManagerConfig) {
-		return func(m *repair.ManagerConfig) { m.Action = repair.ActionLabel; m.Identity = id }
+		return func(m *repair.ManagerConfig) { m.Action = judge.ActionLabel; m.Identity = id }
 	}
 	a := startController(t, c, ns, label("replica-a"))
 	b := startController(t, c, ns, label("replica-b"))
@@ -348,7 +351,7 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 		got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), p0.Name, metav1.GetOptions{})
 		return err == nil && got.Labels[annotations.LabelUninitialized] == "true", err
 	})
-	if n := repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false"); n != 0 {
+	if n := repairedTotal(other.m, ns, "label", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 0 {
 		t.Fatal("the standby acted")
 	}
 	// Events are sent asynchronously: let the leader's reach the API before
@@ -362,7 +365,7 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 	poll.Eventually(t, waitTimeout, "the standby to lead", func() (bool, error) { return testutil.ToFloat64(other.m.Metrics.Leader) == 1, nil })
 	p1 := markBroken(t, c.Client, &pods[1])
 	poll.Eventually(t, waitTimeout, "pod 1 labelled by the new leader", func() (bool, error) {
-		return repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false") == 1, nil
+		return repairedTotal(other.m, ns, "label", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false") == 1, nil
 	})
 	// Pod 0, still broken and seen by the new leader, was not acted on again.
 	time.Sleep(2 * time.Second)
@@ -371,12 +374,12 @@ func TestIntegrationLeaderFailoverDoesNotDoubleAct(t *testing.T) {
 			t.Fatalf("pod %s: %d BypassedCNI events, want exactly 1", p.Name, n)
 		}
 	}
-	total := repairedTotal(first.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false") +
-		repairedTotal(other.m, ns, "label", repair.ResultSuccess, repair.ReasonInitCheckFailed, "false")
+	total := repairedTotal(first.m, ns, "label", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false") +
+		repairedTotal(other.m, ns, "label", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false")
 	if total != 2 {
 		t.Fatalf("actions across both replicas = %v, want 2", total)
 	}
-	if n := testutil.ToFloat64(other.m.Metrics.Skipped.WithLabelValues(repair.SkipAlreadyActed)); n < 1 {
+	if n := testutil.ToFloat64(other.m.Metrics.Skipped.WithLabelValues(metrics.SkipAlreadyActed)); n < 1 {
 		t.Fatalf("the new leader did not recognise the labelled pod (already_acted = %v)", n)
 	}
 }
@@ -403,7 +406,7 @@ func TestIntegrationNodeReadiness(t *testing.T) {
 		return err == nil && n.Labels[annotations.LabelCNIReady] == "ready" && len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == other.Key, err
 	})
 	poll.Eventually(t, waitTimeout, "CNIReady node event", func() (bool, error) {
-		l, err := c.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + repair.EventCNIReady})
+		l, err := c.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + nodeready.EventCNIReady})
 		return err == nil && len(l.Items) == 1, err
 	})
 	if err := c.Client.CoreV1().Pods(ns).Delete(context.Background(), cni.Name, metav1.DeleteOptions{}); err != nil {
@@ -418,10 +421,10 @@ func TestIntegrationNodeReadiness(t *testing.T) {
 	if len(n.Spec.Taints) != 1 {
 		t.Fatalf("taints after the CNI pod left: %v (the startup taint must not come back by default)", n.Spec.Taints)
 	}
-	if v := testutil.ToFloat64(r.m.Metrics.NodeReadinessChanges.WithLabelValues(repair.ChangeTaintRemoved, repair.ResultSuccess)); v != 1 {
+	if v := testutil.ToFloat64(r.m.Metrics.NodeReadinessChanges.WithLabelValues(metrics.ChangeTaintRemoved, metrics.ResultSuccess)); v != 1 {
 		t.Fatalf("taint_removed = %v", v)
 	}
-	if v := testutil.ToFloat64(r.m.Metrics.NodeReadinessChanges.WithLabelValues(repair.ChangeLabelRemoved, repair.ResultSuccess)); v != 1 {
+	if v := testutil.ToFloat64(r.m.Metrics.NodeReadinessChanges.WithLabelValues(metrics.ChangeLabelRemoved, metrics.ResultSuccess)); v != 1 {
 		t.Fatalf("label_removed = %v", v)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // defaultLimits restores the documented rate limits the harness raises.
@@ -16,20 +18,20 @@ func defaultLimits(c *Config) {
 	c.MaxRepairsPerNodePerMinute = defaultMaxRepairsPerNodePerMinute
 }
 
-// nodeReadySinceAt is a node labelled ready whose cni-ready-since is t0+d.
+// nodeReadySinceAt is a node labelled ready whose cni-ready-since is T0+d.
 func nodeReadySinceAt(name string, d time.Duration) *corev1.Node {
 	n := readyNode(name)
-	n.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0.Add(d))}
+	n.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(judgetest.T0.Add(d))}
 	return n
 }
 
-// brokenWithSandbox is a pod whose sandbox was ready at t0+d and whose
+// brokenWithSandbox is a pod whose sandbox was ready at T0+d and whose
 // consul-cni check failed right after (signal B).
-func brokenWithSandbox(d time.Duration, opts ...podOpt) *corev1.Pod {
-	base := []podOpt{sandboxAt(d), initStatus(corev1.ContainerStatus{
-		Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: terminated(88, d, d+time.Second)},
+func brokenWithSandbox(d time.Duration, opts ...judgetest.PodOpt) *corev1.Pod {
+	base := []judgetest.PodOpt{judgetest.SandboxAt(d), judgetest.InitStatus(corev1.ContainerStatus{
+		Name: annotations.InitContainerName, State: corev1.ContainerState{Terminated: judgetest.Terminated(88, d, d+time.Second)},
 	})}
-	return mkPod(append(base, opts...)...)
+	return judgetest.Pod(append(base, opts...)...)
 }
 
 // Pods whose sandbox predates their node's dated CNI readiness are acted on
@@ -46,7 +48,7 @@ func TestRacePodsAreActedOnAtOnce(t *testing.T) {
 	if got := len(h.mutations()); got != n {
 		t.Fatalf("%d race pods on one node: %d acted on at once, want all", n, got)
 	}
-	if got := skipped(h.metrics, SkipRateLimited); got != 0 {
+	if got := skipped(h.metrics, metrics.SkipRateLimited); got != 0 {
 		t.Fatalf("rate_limited = %v, want 0", got)
 	}
 }
@@ -67,7 +69,7 @@ func TestPodsDatedJustAfterReadinessKeepTheNodePace(t *testing.T) {
 	if got := len(h.mutations()); got != 1 {
 		t.Fatalf("%d pods dated just after readiness: %d acted on at once, want 1 (the node's burst)", n, got)
 	}
-	if got := skipped(h.metrics, SkipRateLimited); got != n-1 {
+	if got := skipped(h.metrics, metrics.SkipRateLimited); got != n-1 {
 		t.Fatalf("rate_limited = %v, want %d", got, n-1)
 	}
 	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 0 {
@@ -83,7 +85,7 @@ func TestRaceLaneKeepsTheGlobalCap(t *testing.T) {
 	for _, node := range []string{"n1", "n2", "n3", "n4"} {
 		h.addNode(nodeReadySinceAt(node, -10*time.Second))
 		for i := 0; i < 10; i++ {
-			keys = append(keys, h.addPod(brokenWithSandbox(-time.Minute, onNode(node))))
+			keys = append(keys, h.addPod(brokenWithSandbox(-time.Minute, judgetest.OnNode(node))))
 		}
 	}
 	for _, k := range keys {
@@ -170,7 +172,7 @@ func (h *harness) syncAllRemovingActed(pods []*corev1.Pod) []*corev1.Pod {
 // how long until the oldest leaves it.
 func TestLimiterCap(t *testing.T) {
 	l := newLimiter(4, 60) // cap 4 a minute, global burst 1, per-node burst 6
-	now := t0
+	now := judgetest.T0
 	if ok, _ := l.Take("n1", false, now); !ok {
 		t.Fatal("paced take refused")
 	}
@@ -180,7 +182,7 @@ func TestLimiterCap(t *testing.T) {
 			t.Fatalf("race take %d refused under the cap", i)
 		}
 	}
-	now = now.Add(10 * time.Second) // t0+40s: 4 actions in the last minute
+	now = now.Add(10 * time.Second) // T0+40s: 4 actions in the last minute
 	ok, wait := l.Take("n2", true, now)
 	if ok || wait != 20*time.Second {
 		t.Fatalf("over the cap: ok=%v wait=%v, want refused for 20s", ok, wait)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
@@ -68,7 +69,7 @@ func loopbackAddr(t testing.TB) string {
 func replicaKubeconfig(t testing.TB, c *cluster.Cluster, ns string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "repair.kubeconfig")
-	if err := cluster.WriteKubeconfig(path, controllerConfig(t, c, ns, repair.ActionEvict), "consul-cni-repair"); err != nil {
+	if err := cluster.WriteKubeconfig(path, controllerConfig(t, c, ns, judge.ActionEvict), "consul-cni-repair"); err != nil {
 		t.Fatal(err)
 	}
 	return path

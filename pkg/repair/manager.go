@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/nodeready"
 )
 
 // Component is the Event source and the default lease name.
@@ -55,10 +56,11 @@ type ManagerConfig struct {
 
 // DefaultManagerConfig returns the documented defaults.
 func DefaultManagerConfig() ManagerConfig {
+	cfg := defaultConfig()
 	return ManagerConfig{
-		Config:          defaultConfig(),
+		Config:          cfg,
 		LeaderElect:     true,
-		LeaseNamespace:  defaultCNINamespace,
+		LeaseNamespace:  cfg.CNINamespace,
 		LeaseName:       Component,
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,
@@ -97,7 +99,7 @@ type Manager struct {
 	Metrics   *Metrics
 	Informers *Informers
 	Repair    *Controller
-	Readiness *NodeReadiness
+	Readiness *nodeready.Controller
 
 	broadcaster record.EventBroadcaster
 	// elected sequences leadership; nil without leader election.
@@ -154,6 +156,19 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 		return nil, &configkey.Error{Key: "HealthAddr", Value: cfg.HealthAddr, Reason: "cannot be listened on", Err: err}
 	}
 	return m, nil
+}
+
+// newNodeReadiness wires the node-readiness controller to the shared
+// informers (inf.CNIPods must exist) and the metrics.
+func newNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, m *Metrics) (*nodeready.Controller, error) {
+	return nodeready.New(nodeready.Config{
+		DryRun:             cfg.DryRun,
+		CNINamespace:       cfg.CNINamespace,
+		CNIPodSelector:     cfg.CNIPodSelector,
+		StartupTaintKey:    cfg.StartupTaintKey,
+		ReaddStartupTaint:  cfg.ReaddStartupTaint,
+		StartupTaintEffect: cfg.StartupTaintEffect,
+	}, client, inf.Nodes, inf.CNIPods, recorder, nodeready.Metrics{Changes: m.NodeReadinessChanges, Workqueue: m.Workqueue})
 }
 
 func listen(addr string) (net.Listener, error) {

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
 func get(t *testing.T, url string) (int, string) {

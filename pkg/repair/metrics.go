@@ -8,95 +8,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
-// MetricsPrefix is the prefix of every metric of the controller.
-const MetricsPrefix = "consul_cni_repair_"
-
-// Values of the metrics' labels.
-const (
-	ResultSuccess    = "success"
-	ResultFailure    = "failure"
-	ResultPDBBlocked = "pdb_blocked"
-
-	SkipBarePod      = "bare_pod"
-	SkipGateClosed   = "gate_closed"
-	SkipRateLimited  = "rate_limited"
-	SkipBreakerOpen  = "breaker_open"
-	SkipAlreadyActed = "already_acted"
-
-	ChangeLabelAdded   = "label_added"
-	ChangeLabelRemoved = "label_removed"
-	ChangeTaintRemoved = "taint_removed"
-	ChangeTaintAdded   = "taint_added"
-
-	DryRunTrue  = "true"
-	dryRunFalse = "false"
-	// ChangeReadySinceAdded: the ready-since annotation was added to a node
-	// already labelled ready (one labelled before it existed).
-	ChangeReadySinceAdded = "ready_since_added"
-	// ChangeReadySinceMoved: the node's ready-since annotation was moved
-	// forward to the readiness of its CNI pod, which is later (the CNI was
-	// not continuously ready since: a node reboot).
-	ChangeReadySinceMoved = "ready_since_moved"
-)
-
-// Metric names (MetricsPrefix included) that alerts and the dashboard use.
-const (
-	MetricPodsRepaired         = MetricsPrefix + "pods_repaired_total"
-	MetricBrokenPods           = MetricsPrefix + "broken_pods"
-	MetricSkipped              = MetricsPrefix + "skipped_total"
-	MetricLatency              = MetricsPrefix + "detection_to_action_seconds"
-	MetricBreakerOpenNodes     = MetricsPrefix + "circuit_breaker_open_nodes"
-	MetricNodes                = MetricsPrefix + "nodes"
-	MetricNodeReadinessChanges = MetricsPrefix + "node_readiness_changes_total"
-	MetricLeader               = MetricsPrefix + "leader"
-	MetricBuildInfo            = MetricsPrefix + "build_info"
-)
-
-// Label names of the controller's metrics.
-const (
-	LabelNamespace = "namespace"
-	LabelAction    = "action"
-	LabelResult    = "result"
-	LabelReason    = "reason"
-	LabelDryRun    = "dry_run"
-	LabelChange    = "change"
-	LabelCNIReady  = "cni_ready"
-)
-
-// AllSkipReasons, AllChanges and AllResults list the values of
-// skipped_total's reason and node_readiness_changes_total's change and
-// result, in a fixed order.
-var (
-	AllSkipReasons = []string{SkipBarePod, SkipGateClosed, SkipRateLimited, SkipBreakerOpen, SkipAlreadyActed}
-	AllChanges     = []string{ChangeLabelAdded, ChangeLabelRemoved, ChangeTaintRemoved, ChangeTaintAdded}
-	AllResults     = []string{ResultSuccess, ResultFailure}
-)
-
-// RepairResults lists the results pods_repaired_total can count for an
-// action: a dry run only decides (success); an eviction may also be blocked
-// by a PodDisruptionBudget.
-func RepairResults(action Action, dryRun bool) []string {
-	switch {
-	case dryRun:
-		return []string{ResultSuccess}
-	case action == ActionEvict:
-		return []string{ResultSuccess, ResultFailure, ResultPDBBlocked}
-	}
-	return []string{ResultSuccess, ResultFailure}
-}
-
-// DryRunLabel is the dry_run label value of a configuration.
-func DryRunLabel(dryRun bool) string {
-	if dryRun {
-		return DryRunTrue
-	}
-	return dryRunFalse
-}
-
-// Metrics are the controller's metrics, all on one registry.
+// Metrics are the controller's metrics, all on one registry, under the
+// names of package metrics.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -116,7 +34,7 @@ type Metrics struct {
 	// Counters are created at 0 as soon as their label set is known, so
 	// that their first increment is an increase Prometheus can see.
 	mu         sync.Mutex
-	action     Action
+	action     judge.Action
 	dryRun     bool
 	namespaces map[string]bool
 }
@@ -128,36 +46,36 @@ func newMetrics() *Metrics {
 	m := &Metrics{
 		Registry: reg,
 		Repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricPodsRepaired,
+			Name: metrics.PodsRepaired,
 			Help: "Actions taken (or, with dry_run=\"true\", that would have been taken) on pods that bypassed the CNI plugin.",
-		}, []string{LabelNamespace, LabelAction, LabelResult, LabelReason, LabelDryRun}),
+		}, []string{metrics.LabelNamespace, metrics.LabelAction, metrics.LabelResult, metrics.LabelReason, metrics.LabelDryRun}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricSkipped,
+			Name: metrics.Skipped,
 			Help: "Broken pods left alone, counted once per pod and reason.",
-		}, []string{LabelReason}),
+		}, []string{metrics.LabelReason}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    MetricLatency,
+			Name:    metrics.Latency,
 			Help:    "Time from a pod first seen broken by this controller to its successful action.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
-		}, []string{LabelAction}),
+		}, []string{metrics.LabelAction}),
 		NodeReadinessChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricNodeReadinessChanges,
+			Name: metrics.NodeReadinessChanges,
 			Help: "Node readiness label and startup taint changes made.",
-		}, []string{LabelChange, LabelResult}),
+		}, []string{metrics.LabelChange, metrics.LabelResult}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricLeader,
+			Name: metrics.Leader,
 			Help: "1 while this replica holds the leader lease.",
 		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricBuildInfo,
+			Name: metrics.BuildInfo,
 			Help: "Build information; always 1.",
 		}, []string{"version", "go_version"}),
 		stateCollector: &stateCollector{
-			broken: prometheus.NewDesc(MetricBrokenPods,
+			broken: prometheus.NewDesc(metrics.BrokenPods,
 				"Injected pods currently detected as bypassing the CNI plugin, by namespace and reason; 0 for every namespace "+
 					"holding injected transparent-proxy pods, so the namespace label is bounded by the number of such namespaces.",
-				[]string{LabelNamespace, LabelReason}, nil),
-			nodes: prometheus.NewDesc(MetricNodes, "Nodes by CNI readiness as the configured gate sees it.", []string{LabelCNIReady}, nil),
+				[]string{metrics.LabelNamespace, metrics.LabelReason}, nil),
+			nodes: prometheus.NewDesc(metrics.Nodes, "Nodes by CNI readiness as the configured gate sees it.", []string{metrics.LabelCNIReady}, nil),
 		},
 		namespaces: map[string]bool{},
 	}
@@ -175,13 +93,13 @@ func (m *Metrics) initCounters(cfg Config) {
 	m.mu.Lock()
 	m.action, m.dryRun = cfg.Action, cfg.DryRun
 	m.mu.Unlock()
-	for _, r := range AllSkipReasons {
+	for _, r := range metrics.AllSkipReasons {
 		m.Skipped.WithLabelValues(r)
 	}
 	m.Latency.WithLabelValues(string(cfg.Action))
 	if cfg.NodeReadiness {
-		for _, c := range AllChanges {
-			for _, r := range AllResults {
+		for _, c := range metrics.AllChanges {
+			for _, r := range metrics.AllResults {
 				m.NodeReadinessChanges.WithLabelValues(c, r)
 			}
 		}
@@ -199,17 +117,17 @@ func (m *Metrics) knowNamespace(ns string) {
 		return
 	}
 	m.namespaces[ns] = true
-	for _, res := range RepairResults(m.action, m.dryRun) {
-		for _, r := range AllReasons {
-			m.Repaired.WithLabelValues(ns, string(m.action), res, string(r), DryRunLabel(m.dryRun))
+	for _, res := range metrics.RepairResults(m.action, m.dryRun) {
+		for _, r := range judge.AllReasons {
+			m.Repaired.WithLabelValues(ns, string(m.action), res, string(r), metrics.DryRunLabel(m.dryRun))
 		}
 	}
 }
 
 // registerBreaker exposes the breaker's open-node count.
-func (m *Metrics) registerBreaker(b *Breaker) {
+func (m *Metrics) registerBreaker(b *judge.Breaker) {
 	m.BreakerOpenNodes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: MetricBreakerOpenNodes,
+		Name: metrics.BreakerOpenNodes,
 		Help: "Nodes on which the circuit breaker currently stops repairs.",
 	}, func() float64 { return float64(b.OpenNodes()) })
 	m.Registry.MustRegister(m.BreakerOpenNodes)
@@ -220,7 +138,7 @@ func (m *Metrics) registerBreaker(b *Breaker) {
 type stateCollector struct {
 	broken, nodes *prometheus.Desc
 	// brokenCounts and nodeCounts are set once the controller exists.
-	brokenCounts func() map[string]map[Reason]int
+	brokenCounts func() map[string]map[judge.Reason]int
 	nodeCounts   func() (ready, notReady int)
 }
 
@@ -232,7 +150,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.brokenCounts != nil {
 		for ns, counts := range c.brokenCounts() {
-			for _, r := range AllReasons {
+			for _, r := range judge.AllReasons {
 				ch <- prometheus.MustNewConstMetric(c.broken, prometheus.GaugeValue, float64(counts[r]), ns, string(r))
 			}
 		}
@@ -253,7 +171,7 @@ type workqueueMetrics struct {
 }
 
 func newWorkqueueMetrics(reg prometheus.Registerer) *workqueueMetrics {
-	p := MetricsPrefix + "workqueue_"
+	p := metrics.Prefix + "workqueue_"
 	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
 	w := &workqueueMetrics{
 		depth:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: p + "depth", Help: "Current depth of the workqueue."}, []string{"name"}),

@@ -11,6 +11,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // series lists the series of a family as name{label=value,...}=value,
@@ -56,9 +59,9 @@ func value(m *dto.Metric) float64 {
 func repairedSeries(ns, action, dry string, results map[string]float64) []string {
 	var out []string
 	for res, v := range results {
-		for _, r := range AllReasons {
+		for _, r := range judge.AllReasons {
 			val := 0.0
-			if r == ReasonInitCheckFailed {
+			if r == judge.ReasonInitCheckFailed {
 				val = v
 			}
 			out = append(out, fmt.Sprintf("{action=%s,dry_run=%s,namespace=%s,reason=%s,result=%s}=%v", action, dry, ns, r, res, val))
@@ -81,10 +84,10 @@ func TestCountersBornAtZero(t *testing.T) {
 		dry     string
 		results []string
 	}{
-		{"evict", nil, "evict", "false", []string{ResultSuccess, ResultFailure, ResultPDBBlocked}},
-		{"delete", func(c *Config) { c.Action = ActionDelete }, "delete", "false", []string{ResultSuccess, ResultFailure}},
-		{"label", func(c *Config) { c.Action = ActionLabel }, "label", "false", []string{ResultSuccess, ResultFailure}},
-		{"dry run", func(c *Config) { c.DryRun = true }, "evict", "true", []string{ResultSuccess}},
+		{"evict", nil, "evict", "false", []string{metrics.ResultSuccess, metrics.ResultFailure, metrics.ResultPDBBlocked}},
+		{"delete", func(c *Config) { c.Action = judge.ActionDelete }, "delete", "false", []string{metrics.ResultSuccess, metrics.ResultFailure}},
+		{"label", func(c *Config) { c.Action = judge.ActionLabel }, "label", "false", []string{metrics.ResultSuccess, metrics.ResultFailure}},
+		{"dry run", func(c *Config) { c.DryRun = true }, "evict", "true", []string{metrics.ResultSuccess}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.mutate, readyNode("n1"))
@@ -94,39 +97,39 @@ func TestCountersBornAtZero(t *testing.T) {
 			// From the start: skipped_total for every reason, the latency
 			// histogram of the action, node readiness changes.
 			var wantSkipped []string
-			for _, r := range AllSkipReasons {
+			for _, r := range metrics.AllSkipReasons {
 				wantSkipped = append(wantSkipped, fmt.Sprintf("{reason=%s}=0", r))
 			}
 			sort.Strings(wantSkipped)
-			if got := series(t, reg, MetricSkipped); !equal(got, wantSkipped) {
+			if got := series(t, reg, metrics.Skipped); !equal(got, wantSkipped) {
 				t.Errorf("skipped_total at start:\n got %v\nwant %v", got, wantSkipped)
 			}
-			if got := series(t, reg, MetricLatency); !equal(got, []string{fmt.Sprintf("{action=%s}=0", tc.action)}) {
+			if got := series(t, reg, metrics.Latency); !equal(got, []string{fmt.Sprintf("{action=%s}=0", tc.action)}) {
 				t.Errorf("detection_to_action_seconds at start: %v", got)
 			}
-			if got := series(t, reg, MetricNodeReadinessChanges); len(got) != len(AllChanges)*len(AllResults) {
+			if got := series(t, reg, metrics.NodeReadinessChanges); len(got) != len(metrics.AllChanges)*len(metrics.AllResults) {
 				t.Errorf("node_readiness_changes_total at start: %v, want every change and result at 0", got)
 			}
-			if got := series(t, reg, MetricPodsRepaired); len(got) != 0 {
+			if got := series(t, reg, metrics.PodsRepaired); len(got) != 0 {
 				t.Errorf("pods_repaired_total before any pod was seen: %v", got)
 			}
 
 			// An injected pod that is not transparent-proxy: nothing to
 			// repair in its namespace, no series.
-			plain := mkPod(inNamespace("plain"), withoutAnnotation(annotations.KeyTransparentProxyStatus))
+			plain := judgetest.Pod(judgetest.InNamespace("plain"), judgetest.WithoutAnnotation(annotations.KeyTransparentProxyStatus))
 			h.addPod(plain)
 			h.c.enqueuePod(plain)
 
 			// A healthy transparent-proxy pod is seen (informer event):
 			// its namespace's series are created at 0.
-			healthy := mkPod(withStatus("complete"), sandboxAt(-time.Hour))
+			healthy := judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour))
 			h.addPod(healthy)
 			h.c.enqueuePod(healthy)
 			zero := map[string]float64{}
 			for _, r := range tc.results {
 				zero[r] = 0
 			}
-			if got, want := series(t, reg, MetricPodsRepaired), repairedSeries("app", tc.action, tc.dry, zero); !equal(got, want) {
+			if got, want := series(t, reg, metrics.PodsRepaired), repairedSeries("app", tc.action, tc.dry, zero); !equal(got, want) {
 				t.Fatalf("pods_repaired_total once a pod of namespace app was seen:\n got %v\nwant %v", got, want)
 			}
 
@@ -134,8 +137,8 @@ func TestCountersBornAtZero(t *testing.T) {
 			if err := h.sync(h.addPod(brokenB())); err != nil {
 				t.Fatal(err)
 			}
-			zero[ResultSuccess] = 1
-			if got, want := series(t, reg, MetricPodsRepaired), repairedSeries("app", tc.action, tc.dry, zero); !equal(got, want) {
+			zero[metrics.ResultSuccess] = 1
+			if got, want := series(t, reg, metrics.PodsRepaired), repairedSeries("app", tc.action, tc.dry, zero); !equal(got, want) {
 				t.Errorf("pods_repaired_total after the first action:\n got %v\nwant %v", got, want)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
 
 // keptPodAnnotations are the only annotations the controller reads.
@@ -84,7 +85,7 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 	var others containerSummary
 	for i := range pod.Status.InitContainerStatuses {
 		cs := &pod.Status.InitContainerStatuses[i]
-		if matchesInitContainer(cs.Name, initNames) {
+		if judge.MatchesInitContainer(cs.Name, initNames) {
 			out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, corev1.ContainerStatus{
 				Name:                 cs.Name,
 				RestartCount:         cs.RestartCount,
@@ -161,7 +162,7 @@ func slimCNIPod(obj interface{}) (interface{}, error) {
 			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
 		}
 	}
-	// Running containers' start times date a restart (readySince).
+	// Running containers' start times date a restart (judge.ReadySince).
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.State.Running != nil {
 			out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{

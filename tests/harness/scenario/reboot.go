@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
@@ -42,14 +43,14 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.RecreatedActions, err = r.actionsFor(repair.ReasonSandboxRecreated); err != nil {
+	if res.RecreatedActions, err = r.actionsFor(judge.ReasonSandboxRecreated); err != nil {
 		return nil, err
 	}
-	broken, err := r.metricSum(repair.MetricBrokenPods)
+	broken, err := r.metricSum(metrics.BrokenPods)
 	if err != nil {
 		return nil, err
 	}
-	open, err := r.metricSum(repair.MetricBreakerOpenNodes)
+	open, err := r.metricSum(metrics.BreakerOpenNodes)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
@@ -43,7 +43,7 @@ func (r *runner) runRecreated(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.RecreatedActions, err = r.actionsFor(repair.ReasonSandboxRecreated); err != nil {
+	if res.RecreatedActions, err = r.actionsFor(judge.ReasonSandboxRecreated); err != nil {
 		return nil, err
 	}
 	for i := range res.PodResults {

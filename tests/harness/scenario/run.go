@@ -28,7 +28,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/plugin"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
@@ -796,7 +797,7 @@ func (r *runner) installerLogs() string { return r.containerLogs(manifestsNamesp
 
 // manifestsNamespace is the namespace manifests/base installs into, the
 // controller's default --cni-namespace.
-var manifestsNamespace = repair.DefaultConfig().CNINamespace
+var manifestsNamespace = judge.DefaultConfig().CNINamespace
 
 // containerLogs returns the last lines of every log on the node of
 // containers in namespace ns named container (any when empty).
@@ -831,12 +832,12 @@ func (r *runner) actions() int {
 
 // actionsFor reads the controller's successful repairs with reason (any
 // reason when empty) from its metrics.
-func (r *runner) actionsFor(reason repair.Reason) (int, error) {
-	match := []string{repair.LabelResult + `="` + repair.ResultSuccess + `"`, repair.LabelDryRun + `="false"`}
+func (r *runner) actionsFor(reason judge.Reason) (int, error) {
+	match := []string{metrics.LabelResult + `="` + metrics.ResultSuccess + `"`, metrics.LabelDryRun + `="false"`}
 	if reason != "" {
-		match = append(match, repair.LabelReason+`="`+string(reason)+`"`)
+		match = append(match, metrics.LabelReason+`="`+string(reason)+`"`)
 	}
-	n, err := r.metricSum(repair.MetricPodsRepaired, match...)
+	n, err := r.metricSum(metrics.PodsRepaired, match...)
 	return int(n), err
 }
 

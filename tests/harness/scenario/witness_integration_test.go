@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
 )
 
@@ -60,7 +60,7 @@ func hasTaint(n *corev1.Node) bool {
 }
 
 func (w *readinessWitness) installerReady(ctx context.Context, node string) (bool, string) {
-	l, err := w.cs.CoreV1().Pods(repair.DefaultConfig().CNINamespace).List(ctx, metav1.ListOptions{
+	l, err := w.cs.CoreV1().Pods(judge.DefaultConfig().CNINamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/name=consul-cni", FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return false, err.Error()

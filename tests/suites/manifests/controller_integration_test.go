@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -564,7 +565,7 @@ func TestControllerUnderManifests(t *testing.T) {
 				t.Errorf("pods_repaired_total{namespace=%s,action=%s,result=%s,dry_run=%s,reason=tproxy_status_stuck} = %v, want 1",
 					ns, wantAction, wantResult, wantDry, n)
 			}
-			checkBornAtZero(t, fams, ns, repair.Action(wantAction), wantDry == repair.DryRunTrue)
+			checkBornAtZero(t, fams, ns, judge.Action(wantAction), wantDry == metrics.DryRunTrue)
 		})
 	}
 
@@ -625,7 +626,7 @@ func TestControllerUnderManifests(t *testing.T) {
 // pods it saw, every pods_repaired_total series of its configuration (each
 // result the action can count, each reason), and skipped_total for every
 // reason, whether or not they counted anything.
-func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string, action repair.Action, dryRun bool) {
+func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string, action judge.Action, dryRun bool) {
 	t.Helper()
 	has := func(name string, want map[string]string) bool {
 		f := fams[name]
@@ -647,18 +648,18 @@ func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string,
 		}
 		return false
 	}
-	for _, res := range repair.RepairResults(action, dryRun) {
-		for _, r := range repair.AllReasons {
-			want := map[string]string{repair.LabelNamespace: ns, repair.LabelAction: string(action), repair.LabelResult: res,
-				repair.LabelReason: string(r), repair.LabelDryRun: repair.DryRunLabel(dryRun)}
-			if !has(repair.MetricPodsRepaired, want) {
-				t.Errorf("%s%v is not exported", repair.MetricPodsRepaired, want)
+	for _, res := range metrics.RepairResults(action, dryRun) {
+		for _, r := range judge.AllReasons {
+			want := map[string]string{metrics.LabelNamespace: ns, metrics.LabelAction: string(action), metrics.LabelResult: res,
+				metrics.LabelReason: string(r), metrics.LabelDryRun: metrics.DryRunLabel(dryRun)}
+			if !has(metrics.PodsRepaired, want) {
+				t.Errorf("%s%v is not exported", metrics.PodsRepaired, want)
 			}
 		}
 	}
-	for _, r := range repair.AllSkipReasons {
-		if !has(repair.MetricSkipped, map[string]string{repair.LabelReason: r}) {
-			t.Errorf("%s{reason=%s} is not exported", repair.MetricSkipped, r)
+	for _, r := range metrics.AllSkipReasons {
+		if !has(metrics.Skipped, map[string]string{metrics.LabelReason: r}) {
+			t.Errorf("%s{reason=%s} is not exported", metrics.Skipped, r)
 		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"sigs.k8s.io/yaml"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // The alert rules' unit tests: the rule file is the PrometheusRule's spec
@@ -109,13 +110,13 @@ func processStart(r replica) sample {
 const appNS = "web-shop"
 
 // repairedAll is a namespace's pods_repaired_total, every series the
-// controller creates at 0 for its configuration (repair.RepairResults and
-// repair.AllReasons), with values for one of them and 0 for the others; a
+// controller creates at 0 for its configuration (metrics.RepairResults and
+// judge.AllReasons), with values for one of them and 0 for the others; a
 // values of "" leaves the namespace's series out.
-func repairedAll(r replica, action repair.Action, dryRun bool, result string, reason repair.Reason, values, zero string) []sample {
+func repairedAll(r replica, action judge.Action, dryRun bool, result string, reason judge.Reason, values, zero string) []sample {
 	var out []sample
-	for _, res := range repair.RepairResults(action, dryRun) {
-		for _, rs := range repair.AllReasons {
+	for _, res := range metrics.RepairResults(action, dryRun) {
+		for _, rs := range judge.AllReasons {
 			v := zero
 			if res == result && rs == reason {
 				v = values
@@ -123,9 +124,9 @@ func repairedAll(r replica, action repair.Action, dryRun bool, result string, re
 			if v == "" {
 				continue
 			}
-			out = append(out, scraped(r, repair.MetricPodsRepaired, map[string]string{
-				repair.LabelNamespace: appNS, repair.LabelAction: string(action), repair.LabelResult: res,
-				repair.LabelReason: string(rs), repair.LabelDryRun: repair.DryRunLabel(dryRun),
+			out = append(out, scraped(r, metrics.PodsRepaired, map[string]string{
+				metrics.LabelNamespace: appNS, metrics.LabelAction: string(action), metrics.LabelResult: res,
+				metrics.LabelReason: string(rs), metrics.LabelDryRun: metrics.DryRunLabel(dryRun),
 			}, v))
 		}
 	}
@@ -134,8 +135,8 @@ func repairedAll(r replica, action repair.Action, dryRun bool, result string, re
 
 func readinessAll(r replica, change, result, values, zero string) []sample {
 	var out []sample
-	for _, c := range repair.AllChanges {
-		for _, res := range repair.AllResults {
+	for _, c := range metrics.AllChanges {
+		for _, res := range metrics.AllResults {
 			v := zero
 			if c == change && res == result {
 				v = values
@@ -143,7 +144,7 @@ func readinessAll(r replica, change, result, values, zero string) []sample {
 			if v == "" {
 				continue
 			}
-			out = append(out, scraped(r, repair.MetricNodeReadinessChanges, map[string]string{repair.LabelChange: c, repair.LabelResult: res}, v))
+			out = append(out, scraped(r, metrics.NodeReadinessChanges, map[string]string{metrics.LabelChange: c, metrics.LabelResult: res}, v))
 		}
 	}
 	return append(out, processStart(r))
@@ -153,8 +154,8 @@ func gauge(r replica, name string, exported map[string]string, values string) []
 	return []sample{scraped(r, name, exported, values), processStart(r)}
 }
 
-func broken(r replica, ns string, reason repair.Reason, values string) sample {
-	return scraped(r, repair.MetricBrokenPods, map[string]string{repair.LabelNamespace: ns, repair.LabelReason: string(reason)}, values)
+func broken(r replica, ns string, reason judge.Reason, values string) sample {
+	return scraped(r, metrics.BrokenPods, map[string]string{metrics.LabelNamespace: ns, metrics.LabelReason: string(reason)}, values)
 }
 
 func join(ss ...[]sample) []sample {
@@ -177,13 +178,13 @@ type ruleCase struct {
 // Values are one sample per scrape interval (30s): "0x20 1x40" is 0 for 10
 // minutes, then 1 for 20 more; "_" is no sample.
 func ruleCases() []ruleCase {
-	evict, ev := repair.ActionEvict, string(repair.ActionEvict)
-	stuck, initFailed := repair.ReasonTProxyStatusStuck, repair.ReasonInitCheckFailed
-	ok, failed := repair.ResultSuccess, repair.ResultFailure
-	repairedLabels := map[string]string{repair.LabelNamespace: appNS, repair.LabelAction: ev, repair.LabelReason: string(stuck)}
-	failingLabels := map[string]string{repair.LabelNamespace: appNS, repair.LabelAction: ev}
-	readinessLabels := map[string]string{repair.LabelChange: repair.ChangeTaintRemoved}
-	unmeshedLabels := map[string]string{repair.LabelNamespace: appNS}
+	evict, ev := judge.ActionEvict, string(judge.ActionEvict)
+	stuck, initFailed := judge.ReasonTProxyStatusStuck, judge.ReasonInitCheckFailed
+	ok, failed := metrics.ResultSuccess, metrics.ResultFailure
+	repairedLabels := map[string]string{metrics.LabelNamespace: appNS, metrics.LabelAction: ev, metrics.LabelReason: string(stuck)}
+	failingLabels := map[string]string{metrics.LabelNamespace: appNS, metrics.LabelAction: ev}
+	readinessLabels := map[string]string{metrics.LabelChange: metrics.ChangeTaintRemoved}
+	unmeshedLabels := map[string]string{metrics.LabelNamespace: appNS}
 	none := []map[string]string{}
 	return []ruleCase{
 		// ConsulCNIPodsRepaired: increase over 30m of successful real actions.
@@ -207,7 +208,7 @@ func ruleCases() []ruleCase {
 
 		{"ConsulCNIPodsRepaired", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
 			repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), "15m",
-			[]map[string]string{{repair.LabelNamespace: namespace, repair.LabelAction: ev, repair.LabelReason: string(stuck)}}},
+			[]map[string]string{{metrics.LabelNamespace: namespace, metrics.LabelAction: ev, metrics.LabelReason: string(stuck)}}},
 
 		// ConsulCNIRepairFailing: increase over 15m of failed actions.
 		{"ConsulCNIRepairFailing", kindFiring, "first failure in a namespace, on a series born at 0",
@@ -220,7 +221,7 @@ func ruleCases() []ruleCase {
 		{"ConsulCNIRepairFailing", kindRecovered, "the failure was 20 minutes ago, the retry succeeded",
 			join(repairedAll(leader, evict, false, failed, stuck, "0x20 1x100", "0x120")), "30m", none},
 		{"ConsulCNIRepairFailing", kindBelow, "successes and PDB-blocked evictions only",
-			join(repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, repair.ResultPDBBlocked, stuck, "0x20 3x40", "0x60")),
+			join(repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, metrics.ResultPDBBlocked, stuck, "0x20 3x40", "0x60")),
 			"15m", none},
 		{"ConsulCNIRepairFailing", kindBorn, "a new process failed before its first scrape",
 			repairedAll(fresh, evict, false, failed, stuck, "_x20 1x40", ""), "14m", []map[string]string{failingLabels}},
@@ -242,59 +243,59 @@ func ruleCases() []ruleCase {
 			[]sample{broken(leader, appNS, stuck, "_x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
 
 		{"ConsulCNIPodsUnmeshed", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
-			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "30m", []map[string]string{{repair.LabelNamespace: namespace}}},
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "30m", []map[string]string{{metrics.LabelNamespace: namespace}}},
 
 		// ConsulCNIRepairCircuitBreakerOpen: for 5m.
 		{"ConsulCNIRepairCircuitBreakerOpen", kindFiring, "open on the leader for 10 minutes",
-			gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x10 1x60"), "15m", []map[string]string{{}}},
+			gauge(leader, metrics.BreakerOpenNodes, nil, "0x10 1x60"), "15m", []map[string]string{{}}},
 		{"ConsulCNIRepairCircuitBreakerOpen", kindReplicas, "the standby's breaker stays closed",
-			join(gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x10 1x60"), gauge(standby, repair.MetricBreakerOpenNodes, nil, "0x70")), "15m", []map[string]string{{}}},
+			join(gauge(leader, metrics.BreakerOpenNodes, nil, "0x10 1x60"), gauge(standby, metrics.BreakerOpenNodes, nil, "0x70")), "15m", []map[string]string{{}}},
 		{"ConsulCNIRepairCircuitBreakerOpen", kindRecovered, "closed again 5 minutes ago",
-			gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x10 1x30 0x30"), "25m", none},
+			gauge(leader, metrics.BreakerOpenNodes, nil, "0x10 1x30 0x30"), "25m", none},
 		{"ConsulCNIRepairCircuitBreakerOpen", kindBelow, "open for 3 minutes",
-			gauge(leader, repair.MetricBreakerOpenNodes, nil, "0x24 1x60"), "15m", none},
+			gauge(leader, metrics.BreakerOpenNodes, nil, "0x24 1x60"), "15m", none},
 		{"ConsulCNIRepairCircuitBreakerOpen", kindBorn, "first seen at 1",
-			gauge(fresh, repair.MetricBreakerOpenNodes, nil, "_x10 1x60"), "15m", []map[string]string{{}}},
+			gauge(fresh, metrics.BreakerOpenNodes, nil, "_x10 1x60"), "15m", []map[string]string{{}}},
 
 		// ConsulCNINodesNotReady: for 15m.
 		{"ConsulCNINodesNotReady", kindFiring, "a node without ready CNI for 20 minutes",
-			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x60"), "30m", []map[string]string{{}}},
+			gauge(leader, metrics.Nodes, map[string]string{metrics.LabelCNIReady: "false"}, "0x10 1x60"), "30m", []map[string]string{{}}},
 		{"ConsulCNINodesNotReady", kindReplicas, "both replicas report it: one alert",
-			join(gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x60"),
-				gauge(standby, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x60")), "30m", []map[string]string{{}}},
+			join(gauge(leader, metrics.Nodes, map[string]string{metrics.LabelCNIReady: "false"}, "0x10 1x60"),
+				gauge(standby, metrics.Nodes, map[string]string{metrics.LabelCNIReady: "false"}, "0x10 1x60")), "30m", []map[string]string{{}}},
 		{"ConsulCNINodesNotReady", kindRecovered, "ready again",
-			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "0x10 1x40 0x20"), "35m", none},
+			gauge(leader, metrics.Nodes, map[string]string{metrics.LabelCNIReady: "false"}, "0x10 1x40 0x20"), "35m", none},
 		{"ConsulCNINodesNotReady", kindBelow, "ready nodes only",
-			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "true"}, "3x70"), "30m", none},
+			gauge(leader, metrics.Nodes, map[string]string{metrics.LabelCNIReady: "true"}, "3x70"), "30m", none},
 		{"ConsulCNINodesNotReady", kindBorn, "first seen at 1",
-			gauge(leader, repair.MetricNodes, map[string]string{repair.LabelCNIReady: "false"}, "_x10 1x60"), "30m", []map[string]string{{}}},
+			gauge(leader, metrics.Nodes, map[string]string{metrics.LabelCNIReady: "false"}, "_x10 1x60"), "30m", []map[string]string{{}}},
 
 		// ConsulCNINodeReadinessFailing: increase over 15m of failed changes.
 		{"ConsulCNINodeReadinessFailing", kindFiring, "first failed taint removal, on a series born at 0",
-			readinessAll(leader, repair.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), "15m", []map[string]string{readinessLabels}},
+			readinessAll(leader, metrics.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), "15m", []map[string]string{readinessLabels}},
 		{"ConsulCNINodeReadinessFailing", kindReplicas, "the standby's series stay at 0",
-			join(readinessAll(leader, repair.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), readinessAll(standby, repair.ChangeTaintRemoved, failed, "0x60", "0x60")),
+			join(readinessAll(leader, metrics.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), readinessAll(standby, metrics.ChangeTaintRemoved, failed, "0x60", "0x60")),
 			"15m", []map[string]string{readinessLabels}},
 		{"ConsulCNINodeReadinessFailing", kindRecovered, "the failure was 20 minutes ago",
-			readinessAll(leader, repair.ChangeTaintRemoved, failed, "0x20 1x100", "0x120"), "30m", none},
+			readinessAll(leader, metrics.ChangeTaintRemoved, failed, "0x20 1x100", "0x120"), "30m", none},
 		{"ConsulCNINodeReadinessFailing", kindBelow, "successful changes only",
-			readinessAll(leader, repair.ChangeLabelAdded, ok, "0x20 5x40", "0x60"), "15m", none},
+			readinessAll(leader, metrics.ChangeLabelAdded, ok, "0x20 5x40", "0x60"), "15m", none},
 		{"ConsulCNINodeReadinessFailing", kindBorn, "a new process failed before its first scrape",
-			readinessAll(fresh, repair.ChangeTaintRemoved, failed, "_x20 1x40", ""), "14m", []map[string]string{readinessLabels}},
+			readinessAll(fresh, metrics.ChangeTaintRemoved, failed, "_x20 1x40", ""), "14m", []map[string]string{readinessLabels}},
 
 		// ConsulCNIRepairNoLeader: for 10m.
 		{"ConsulCNIRepairNoLeader", kindFiring, "both replicas standing by for 20 minutes",
-			join(gauge(leader, repair.MetricLeader, nil, "0x40"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", []map[string]string{{}}},
+			join(gauge(leader, metrics.Leader, nil, "0x40"), gauge(standby, metrics.Leader, nil, "0x40")), "20m", []map[string]string{{}}},
 		{"ConsulCNIRepairNoLeader", kindFiring, "no replica scraped at all",
 			gauge(leader, "up", nil, "0x40"), "20m", []map[string]string{{}}},
 		{"ConsulCNIRepairNoLeader", kindReplicas, "one replica leads",
-			join(gauge(leader, repair.MetricLeader, nil, "1x40"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", none},
+			join(gauge(leader, metrics.Leader, nil, "1x40"), gauge(standby, metrics.Leader, nil, "0x40")), "20m", none},
 		{"ConsulCNIRepairNoLeader", kindRecovered, "a new leader after 5 minutes",
-			join(gauge(leader, repair.MetricLeader, nil, "0x10 1x30"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", none},
+			join(gauge(leader, metrics.Leader, nil, "0x10 1x30"), gauge(standby, metrics.Leader, nil, "0x40")), "20m", none},
 		{"ConsulCNIRepairNoLeader", kindBelow, "leaderless for 5 minutes only",
-			join(gauge(leader, repair.MetricLeader, nil, "1x30 0x10"), gauge(standby, repair.MetricLeader, nil, "0x40")), "20m", none},
+			join(gauge(leader, metrics.Leader, nil, "1x30 0x10"), gauge(standby, metrics.Leader, nil, "0x40")), "20m", none},
 		{"ConsulCNIRepairNoLeader", kindBorn, "the leader's series appears at 1",
-			gauge(fresh, repair.MetricLeader, nil, "_x2 1x40"), "20m", none},
+			gauge(fresh, metrics.Leader, nil, "_x2 1x40"), "20m", none},
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // UID and Title identify the dashboard (stable links, provisioning).
@@ -65,9 +65,9 @@ func Build() (dashboard.Dashboard, error) {
 			Label("Namespace").
 			Description("Namespaces holding injected transparent-proxy pods").
 			Datasource(datasource).
-			Definition(fmt.Sprintf("label_values(%s, %s)", repair.MetricPodsRepaired, repair.LabelNamespace)).
+			Definition(fmt.Sprintf("label_values(%s, %s)", metrics.PodsRepaired, metrics.LabelNamespace)).
 			Query(dashboard.StringOrMap{Map: map[string]any{
-				"query": fmt.Sprintf("label_values(%s, %s)", repair.MetricPodsRepaired, repair.LabelNamespace), "refId": "namespace",
+				"query": fmt.Sprintf("label_values(%s, %s)", metrics.PodsRepaired, metrics.LabelNamespace), "refId": "namespace",
 			}}).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 			Sort(dashboard.VariableSortAlphabeticalAsc).
@@ -133,7 +133,7 @@ func repaired(matchers string) string {
 	if matchers != "" {
 		matchers += ", "
 	}
-	return fmt.Sprintf("%s{%s%s}", repair.MetricPodsRepaired, matchers, nsVar)
+	return fmt.Sprintf("%s{%s%s}", metrics.PodsRepaired, matchers, nsVar)
 }
 
 func overview() []idPanel {
@@ -143,18 +143,18 @@ func overview() []idPanel {
 		statPanel("Would repair (dry-run)", "Pods the controller would have acted on in audit mode (--dry-run) in the selected time range.",
 			fmt.Sprintf(`sum(increase(%s[$__range]))`, repaired(`result="success", dry_run="true"`))),
 		statPanel("Broken pods now", "Injected pods currently detected running without transparent-proxy redirection (both replicas report them: max, not sum).",
-			fmt.Sprintf(`sum(max by (namespace, reason) (%s{%s}))`, repair.MetricBrokenPods, nsVar)),
+			fmt.Sprintf(`sum(max by (namespace, reason) (%s{%s}))`, metrics.BrokenPods, nsVar)),
 		statPanel("Nodes CNI ready", "Nodes labelled consul.hashicorp.com/cni=ready (their consul-cni installer pod is Ready).",
-			fmt.Sprintf(`max(%s{cni_ready="true"})`, repair.MetricNodes)),
+			fmt.Sprintf(`max(%s{cni_ready="true"})`, metrics.Nodes)),
 		statPanel("Nodes CNI not ready", "Nodes without a Ready consul-cni installer pod: injected pods requiring the label are not scheduled there, and no repair happens there.",
-			fmt.Sprintf(`max(%s{cni_ready="false"})`, repair.MetricNodes)),
+			fmt.Sprintf(`max(%s{cni_ready="false"})`, metrics.Nodes)),
 		statPanel("Circuit breaker open", "Nodes on which the circuit breaker stopped repairs (too large a share of broken pods whose sandbox was created after the CNI became ready: a misconfiguration).",
-			fmt.Sprintf(`max(%s)`, repair.MetricBreakerOpenNodes)),
+			fmt.Sprintf(`max(%s)`, metrics.BreakerOpenNodes)),
 	}
 }
 
 func repairs() []idPanel {
-	lat := repair.MetricLatency
+	lat := metrics.Latency
 	return []idPanel{
 		seriesPanel("Repaired pods by action and result", "Actions taken per interval, by action (evict, delete, label), result (success, failure, pdb_blocked) and dry run.", "short", 12,
 			query("A", fmt.Sprintf(`sum by (action, result, dry_run) (increase(%s[$__rate_interval]))`, repaired("")), "{{action}} {{result}} dry_run={{dry_run}}")),
@@ -163,24 +163,24 @@ func repairs() []idPanel {
 		seriesPanel("Repaired pods by namespace", "Actions per interval by the namespace of the repaired pods.", "short", 12,
 			query("A", fmt.Sprintf(`sum by (namespace) (increase(%s[$__rate_interval]))`, repaired("")), "{{namespace}}")),
 		seriesPanel("Currently broken pods by namespace", "Injected pods detected outside the mesh, by namespace and signal. They fall back to zero as the controller repairs them.", "short", 12,
-			query("A", fmt.Sprintf(`max by (namespace, reason) (%s{%s})`, repair.MetricBrokenPods, nsVar), "{{namespace}} {{reason}}")),
+			query("A", fmt.Sprintf(`max by (namespace, reason) (%s{%s})`, metrics.BrokenPods, nsVar), "{{namespace}} {{reason}}")),
 		seriesPanel("Detection-to-action latency", "Time from a pod first seen broken by the controller to its successful action.", "s", 12,
 			query("A", fmt.Sprintf(`histogram_quantile(0.5, sum by (le, action) (rate(%s_bucket[$__rate_interval])))`, lat), "p50 {{action}}"),
 			query("B", fmt.Sprintf(`histogram_quantile(0.99, sum by (le, action) (rate(%s_bucket[$__rate_interval])))`, lat), "p99 {{action}}"),
 			query("C", fmt.Sprintf(`sum by (action) (rate(%s_sum[$__rate_interval])) / sum by (action) (rate(%s_count[$__rate_interval]))`, lat, lat), "mean {{action}}")),
 		seriesPanel("Skipped pods by reason", "Broken pods the controller deliberately did not act on: bare_pod, gate_closed (node CNI not ready), rate_limited, breaker_open, already_acted.", "short", 12,
-			query("A", fmt.Sprintf(`sum by (reason) (increase(%s[$__rate_interval]))`, repair.MetricSkipped), "{{reason}}")),
+			query("A", fmt.Sprintf(`sum by (reason) (increase(%s[$__rate_interval]))`, metrics.Skipped), "{{reason}}")),
 	}
 }
 
 func nodes() []idPanel {
 	return []idPanel{
 		seriesPanel("Nodes: CNI ready vs not", "Nodes whose consul-cni installer pod is Ready (labelled consul.hashicorp.com/cni=ready) and the others.", "short", 8,
-			query("A", fmt.Sprintf(`max by (cni_ready) (%s)`, repair.MetricNodes), "cni_ready={{cni_ready}}")),
+			query("A", fmt.Sprintf(`max by (cni_ready) (%s)`, metrics.Nodes), "cni_ready={{cni_ready}}")),
 		seriesPanel("Circuit breaker state", "Nodes on which the circuit breaker is open (repairs stopped there).", "short", 8,
-			query("A", fmt.Sprintf(`max(%s)`, repair.MetricBreakerOpenNodes), "open nodes")),
+			query("A", fmt.Sprintf(`max(%s)`, metrics.BreakerOpenNodes), "open nodes")),
 		seriesPanel("Node readiness changes", "Label added/removed and startup taint removed/added, by result.", "short", 8,
-			query("A", fmt.Sprintf(`sum by (change, result) (increase(%s[$__rate_interval]))`, repair.MetricNodeReadinessChanges), "{{change}} {{result}}")),
+			query("A", fmt.Sprintf(`sum by (change, result) (increase(%s[$__rate_interval]))`, metrics.NodeReadinessChanges), "{{change}} {{result}}")),
 	}
 }
 
@@ -190,13 +190,13 @@ func controller() []idPanel {
 		Height(8).Span(8).
 		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{})).
 		WithTarget(prometheus.NewDataqueryBuilder().RefId("A").Datasource(datasource).Instant().Format(prometheus.PromQueryFormatTable).
-			Expr(fmt.Sprintf(`max by (instance, version, go_version) (%s)`, repair.MetricBuildInfo)))
+			Expr(fmt.Sprintf(`max by (instance, version, go_version) (%s)`, metrics.BuildInfo)))
 	return []idPanel{
 		seriesPanel("Leader", "1 on the replica holding the leader Lease; exactly one replica should.", "short", 8,
-			query("A", fmt.Sprintf(`max by (instance) (%s)`, repair.MetricLeader), "{{instance}}")),
+			query("A", fmt.Sprintf(`max by (instance) (%s)`, metrics.Leader), "{{instance}}")),
 		seriesPanel("Work queue", "Keys waiting in the controller's work queues, and retries per second.", "short", 8,
-			query("A", fmt.Sprintf(`sum by (name) (%sworkqueue_depth)`, repair.MetricsPrefix), "depth {{name}}"),
-			query("B", fmt.Sprintf(`sum by (name) (rate(%sworkqueue_retries_total[$__rate_interval]))`, repair.MetricsPrefix), "retries/s {{name}}")),
+			query("A", fmt.Sprintf(`sum by (name) (%sworkqueue_depth)`, metrics.Prefix), "depth {{name}}"),
+			query("B", fmt.Sprintf(`sum by (name) (rate(%sworkqueue_retries_total[$__rate_interval]))`, metrics.Prefix), "retries/s {{name}}")),
 		{versions, func(id uint32) { versions.Id(id) }},
 	}
 }

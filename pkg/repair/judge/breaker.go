@@ -1,4 +1,4 @@
-package repair
+package judge
 
 import (
 	"sync"
@@ -28,8 +28,8 @@ type Breaker struct {
 	open map[string]bool
 }
 
-// newBreaker returns a closed breaker for every node.
-func newBreaker(threshold float64, minPods int) *Breaker {
+// NewBreaker returns a breaker with every node closed.
+func NewBreaker(threshold float64, minPods int) *Breaker {
 	return &Breaker{Threshold: threshold, MinPods: minPods, open: map[string]bool{}}
 }
 
@@ -90,6 +90,17 @@ func (b *Breaker) Forget(node string) (wasOpen bool) {
 	return wasOpen
 }
 
+// CountedByBreaker reports whether a node's breaker counts pod, given when
+// the node's CNI became ready: a pod a signal can judge, not finished, whose
+// sandbox was certainly made after since (dated at least SandboxSlack after
+// it, see dateSandbox).
+func (d Detector) CountedByBreaker(pod *corev1.Pod, since time.Time) bool {
+	if ok, _ := examinable(pod); !ok || d.Finished(pod) {
+		return false
+	}
+	return dateSandbox(pod, since, d.SandboxSlack) == sandboxAfterReady
+}
+
 // sandboxDating places a pod's latest sandbox against its node's CNI
 // readiness.
 type sandboxDating int
@@ -111,7 +122,7 @@ const (
 
 // dateSandbox dates pod's latest sandbox against since, the moment its
 // node's CNI became ready. API times have second precision, so since is
-// truncated to the second. The kubelet dates a sandbox (sandboxTime) only
+// truncated to the second. The kubelet dates a sandbox (SandboxTime) only
 // in the sync after the one that made it, which also starts the first init
 // container, so the date can be later than the sandbox by as much as
 // signal C's slack allows for (Detector.SandboxSlack). A sandbox dated
@@ -120,7 +131,7 @@ const (
 // the ones made before it chained consul-cni are dated just after its
 // readiness. Counting those would open the breaker on the race itself.
 func dateSandbox(pod *corev1.Pod, since time.Time, slack time.Duration) sandboxDating {
-	t, ok := sandboxTime(pod)
+	t, ok := SandboxTime(pod)
 	switch {
 	case !ok:
 		return sandboxUndated

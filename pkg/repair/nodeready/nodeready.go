@@ -1,4 +1,23 @@
-package repair
+// Package nodeready is the node-readiness controller, the "prevent" layer of
+// the repair Deployment: it labels a node consul.hashicorp.com/cni=ready,
+// with the time in its consul.hashicorp.com/cni-ready-since annotation, and
+// removes the node's startup taint once the consul-cni installer pod on it is
+// Ready (consul-cni chained for real), so that injected pods that require the
+// label, or do not tolerate the taint, wait instead of starting outside the
+// mesh. When that pod is gone or not Ready it removes the label and the
+// annotation (and re-adds the taint when asked); when an installer pod in
+// uninstall mode runs there it removes label and taint, so that nothing
+// waits for a plugin being removed.
+//
+// The annotation is the node's "CNI ready since" (judge.ReadySince): written
+// with the label, kept while the CNI stays ready, moved forward when the CNI
+// pod's readiness is later (a node reboot), so that the gates and the
+// circuit breaker of every replica, after a restart or a failover, read the
+// same baseline. Every change is one JSON patch that tests the values it
+// replaces: a concurrent change makes it fail and retry on fresh data
+// instead of overwriting. In a dry run it patches nothing and says once per
+// node and decision what it would change (log, Normal Event).
+package nodeready
 
 import (
 	"context"
@@ -22,7 +41,11 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 // Node Event reasons of the node-readiness controller.
@@ -41,18 +64,42 @@ const (
 	EventCNIUninstalled = "CNIUninstalled"
 )
 
-// NodeReadiness labels a node consul.hashicorp.com/cni=ready and removes its
+// Config is what node readiness needs of the controller's settings.
+type Config struct {
+	// DryRun: patch nothing, say what would change.
+	DryRun bool
+	// CNINamespace and CNIPodSelector select the CNI pods (for logs and
+	// Events: the informer is given to New).
+	CNINamespace   string
+	CNIPodSelector string
+	// StartupTaintKey is the startup taint removed (any effect) once the
+	// node's CNI is ready, and re-added with StartupTaintEffect when it is
+	// not and ReaddStartupTaint is set.
+	StartupTaintKey    string
+	ReaddStartupTaint  bool
+	StartupTaintEffect corev1.TaintEffect
+}
+
+// Metrics are where node readiness counts: the node_readiness_changes_total
+// counter (labels change and result, metrics.LabelChange and
+// metrics.LabelResult) and the provider of its workqueue's metrics.
+type Metrics struct {
+	Changes   *prometheus.CounterVec
+	Workqueue workqueue.MetricsProvider
+}
+
+// Controller labels a node consul.hashicorp.com/cni=ready and removes its
 // startup taint when the CNI DaemonSet pod on it is Ready, and removes the
 // label when that pod is gone or not Ready. Every patch is a JSON patch that
 // tests the current value it changes, so a concurrent change makes it fail
 // and retry on fresh data instead of overwriting.
-type NodeReadiness struct {
+type Controller struct {
 	cfg      Config
 	client   kubernetes.Interface
 	nodes    corelisters.NodeLister
 	cniPods  cache.Indexer
 	recorder record.EventRecorder
-	metrics  *Metrics
+	metrics  Metrics
 	queue    workqueue.TypedRateLimitingInterface[string]
 	synced   []cache.InformerSynced
 	now      func() time.Time
@@ -62,27 +109,27 @@ type NodeReadiness struct {
 	dryRun map[string]string
 }
 
-// newNodeReadiness wires the node-readiness controller to the shared
-// informers (inf.CNIPods must exist).
-func newNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, recorder record.EventRecorder, metrics *Metrics) (*NodeReadiness, error) {
-	if inf.CNIPods == nil {
+// New wires the node-readiness controller to the shared informers of nodes
+// and of CNI pods (indexed with judge.PodNodeIndexers).
+func New(cfg Config, client kubernetes.Interface, nodes, cniPods cache.SharedIndexInformer, recorder record.EventRecorder, m Metrics) (*Controller, error) {
+	if cniPods == nil {
 		return nil, errors.New("node readiness needs the CNI pod informer")
 	}
-	n := &NodeReadiness{
+	n := &Controller{
 		cfg:      cfg,
 		client:   client,
-		nodes:    corelisters.NewNodeLister(inf.Nodes.GetIndexer()),
-		cniPods:  inf.CNIPods.GetIndexer(),
+		nodes:    corelisters.NewNodeLister(nodes.GetIndexer()),
+		cniPods:  cniPods.GetIndexer(),
 		recorder: recorder,
-		metrics:  metrics,
+		metrics:  m,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: metrics.Workqueue}),
-		synced: []cache.InformerSynced{inf.Nodes.HasSynced, inf.CNIPods.HasSynced},
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: m.Workqueue}),
+		synced: []cache.InformerSynced{nodes.HasSynced, cniPods.HasSynced},
 		now:    time.Now,
 		dryRun: map[string]string{},
 	}
-	if _, err := inf.CNIPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := cniPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: n.enqueueCNIPod,
 		UpdateFunc: func(old, obj interface{}) {
 			n.enqueueCNIPod(old)
@@ -92,7 +139,7 @@ func newNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, r
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := inf.Nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: n.enqueueNode,
 		UpdateFunc: func(old, obj interface{}) {
 			o, ok1 := old.(*corev1.Node)
@@ -110,7 +157,7 @@ func newNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, r
 	return n, nil
 }
 
-func (n *NodeReadiness) enqueueCNIPod(obj interface{}) {
+func (n *Controller) enqueueCNIPod(obj interface{}) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -119,14 +166,14 @@ func (n *NodeReadiness) enqueueCNIPod(obj interface{}) {
 	}
 }
 
-func (n *NodeReadiness) enqueueNode(obj interface{}) {
+func (n *Controller) enqueueNode(obj interface{}) {
 	if node, ok := obj.(*corev1.Node); ok {
 		n.queue.Add(node.Name)
 	}
 }
 
 // Run starts workers and blocks until ctx is done.
-func (n *NodeReadiness) Run(ctx context.Context, workers int) error {
+func (n *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer n.queue.ShutDown()
 	logger := klog.FromContext(ctx)
@@ -155,7 +202,7 @@ func (n *NodeReadiness) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
-func (n *NodeReadiness) processNext(ctx context.Context) bool {
+func (n *Controller) processNext(ctx context.Context) bool {
 	key, shutdown := n.queue.Get()
 	if shutdown {
 		return false
@@ -178,7 +225,7 @@ type jsonOp struct {
 
 // sync brings one node's label, ready-since annotation and taint in line
 // with its CNI pod (or, in dry run, says what it would change).
-func (n *NodeReadiness) sync(ctx context.Context, name string) error {
+func (n *Controller) sync(ctx context.Context, name string) error {
 	node, err := n.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -186,8 +233,8 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	cniPod := readyCNIPod(n.cniPods, name)
-	remover := uninstallingCNIPod(n.cniPods, name)
+	cniPod := judge.ReadyCNIPod(n.cniPods, name)
+	remover := judge.UninstallingCNIPod(n.cniPods, name)
 	var ops []jsonOp
 	var changes []string
 	switch {
@@ -219,53 +266,52 @@ func (n *NodeReadiness) sync(ctx context.Context, name string) error {
 // readyOps: label the node ready with its ready-since annotation (written
 // together, so the breaker's baseline is the label's own time), backfill the
 // annotation of a node labelled without one, and keep it meaning
-// "continuously ready since": an existing valid one is kept unless the CNI
-// pod's readiness (readySince: its Ready transition or a later container
-// start) is later, which means the CNI was not ready all along (a node
-// reboot the label and the annotation outlived, maybe while this process was
-// down, so it never saw the CNI not ready); then it is moved forward to that
-// time, guarded by a test of the value it replaces.
-func (n *NodeReadiness) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, []string) {
+// "continuously ready since" (judge.ReadySince): an existing valid one is
+// kept unless the CNI pod's readiness (its Ready transition or a later
+// container start) is later, which means the CNI was not ready all along (a
+// node reboot the label and the annotation outlived, maybe while this
+// process was down, so it never saw the CNI not ready); then it is moved
+// forward to that time, guarded by a test of the value it replaces.
+func (n *Controller) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
-	if !nodeLabelledReady(node) {
+	if !judge.LabelledReady(node) {
 		ops = append(ops, addMapEntry(node, "labels", node.Labels, annotations.LabelCNIReady, annotations.LabelCNIReadyValue)...)
-		changes = append(changes, ChangeLabelAdded)
+		changes = append(changes, metrics.ChangeLabelAdded)
 	}
 	// An annotation kept while the label is missing means the label was
 	// removed by someone else while the CNI stayed ready (removing
 	// readiness here removes both): the baseline stands, unless the CNI
 	// pod says otherwise.
-	current, ok := nodeReadySince(node)
+	current, ok := judge.RecordedReadySince(node)
+	since, moved := judge.ReadySince(current, cniPod)
 	switch {
 	case !ok:
 		since := annotations.FormatTime(n.now())
 		ops = append(ops, addMapEntry(node, "annotations", node.Annotations, annotations.AnnotationCNIReadySince, since)...)
-		if nodeLabelledReady(node) {
-			changes = append(changes, ChangeReadySinceAdded)
+		if judge.LabelledReady(node) {
+			changes = append(changes, metrics.ChangeReadySinceAdded)
 		}
-	case readySince(cniPod).Truncate(time.Second).After(current):
-		// Not clamped to now: a later patch would move it again and
-		// again while the clocks differ; the gates clamp what they read.
+	case moved:
 		path := "/metadata/annotations/" + jsonPointerEscape(annotations.AnnotationCNIReadySince)
 		ops = append(ops,
 			jsonOp{Op: "test", Path: path, Value: node.Annotations[annotations.AnnotationCNIReadySince]},
-			jsonOp{Op: "replace", Path: path, Value: annotations.FormatTime(readySince(cniPod))})
-		changes = append(changes, ChangeReadySinceMoved)
+			jsonOp{Op: "replace", Path: path, Value: annotations.FormatTime(since)})
+		changes = append(changes, metrics.ChangeReadySinceMoved)
 	}
 	return ops, changes
 }
 
 // notReadyOps: remove the label and its ready-since annotation.
-func (n *NodeReadiness) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
+func (n *Controller) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
-	if nodeLabelledReady(node) {
+	if judge.LabelledReady(node) {
 		labelPath := "/metadata/labels/" + jsonPointerEscape(annotations.LabelCNIReady)
 		ops = append(ops,
 			jsonOp{Op: "test", Path: labelPath, Value: annotations.LabelCNIReadyValue},
 			jsonOp{Op: "remove", Path: labelPath})
-		changes = append(changes, ChangeLabelRemoved)
+		changes = append(changes, metrics.ChangeLabelRemoved)
 	}
 	if v, ok := node.Annotations[annotations.AnnotationCNIReadySince]; ok {
 		path := "/metadata/annotations/" + jsonPointerEscape(annotations.AnnotationCNIReadySince)
@@ -275,7 +321,7 @@ func (n *NodeReadiness) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
 }
 
 // removeTaintOps appends the ops that remove the startup taint.
-func (n *NodeReadiness) removeTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+func (n *Controller) removeTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
 	if !hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
 		return ops, changes
 	}
@@ -291,11 +337,11 @@ func (n *NodeReadiness) removeTaintOps(node *corev1.Node, ops []jsonOp, changes 
 	} else {
 		ops = append(ops, jsonOp{Op: "replace", Path: "/spec/taints", Value: kept})
 	}
-	return ops, append(changes, ChangeTaintRemoved)
+	return ops, append(changes, metrics.ChangeTaintRemoved)
 }
 
 // addTaintOps appends the ops that add the startup taint back.
-func (n *NodeReadiness) addTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
+func (n *Controller) addTaintOps(node *corev1.Node, ops []jsonOp, changes []string) ([]jsonOp, []string) {
 	if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
 		return ops, changes
 	}
@@ -309,7 +355,7 @@ func (n *NodeReadiness) addTaintOps(node *corev1.Node, ops []jsonOp, changes []s
 			jsonOp{Op: "test", Path: "/spec/taints", Value: node.Spec.Taints},
 			jsonOp{Op: "add", Path: "/spec/taints/-", Value: taint})
 	}
-	return ops, append(changes, ChangeTaintAdded)
+	return ops, append(changes, metrics.ChangeTaintAdded)
 }
 
 // addMapEntry returns the ops that set key=value in the node's labels or
@@ -326,7 +372,7 @@ func addMapEntry(node *corev1.Node, field string, m map[string]string, key, valu
 }
 
 // patch sends the JSON patch and reports it (metrics, log, Event).
-func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod, remover *corev1.Pod, ops []jsonOp, changes []string) error {
+func (n *Controller) patch(ctx context.Context, node *corev1.Node, cniPod, remover *corev1.Pod, ops []jsonOp, changes []string) error {
 	name := node.Name
 	patch, err := json.Marshal(ops)
 	if err != nil {
@@ -334,12 +380,12 @@ func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod, re
 	}
 	logger := klog.FromContext(ctx).WithValues("node", name, "changes", changes)
 	_, err = n.client.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
-	result := ResultSuccess
+	result := metrics.ResultSuccess
 	if err != nil {
-		result = ResultFailure
+		result = metrics.ResultFailure
 	}
 	for _, c := range changes {
-		n.metrics.NodeReadinessChanges.WithLabelValues(c, result).Inc()
+		n.metrics.Changes.WithLabelValues(c, result).Inc()
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -370,8 +416,8 @@ func (n *NodeReadiness) patch(ctx context.Context, node *corev1.Node, cniPod, re
 // reportDryRun logs and announces (Normal Event) the changes a patch would
 // make, once per node and decision: the node does not change, so without
 // this every update of its CNI pod would repeat it.
-func (n *NodeReadiness) reportDryRun(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, changes []string) {
-	if len(changes) == 0 || (len(changes) == 1 && (changes[0] == ChangeReadySinceAdded || changes[0] == ChangeReadySinceMoved)) {
+func (n *Controller) reportDryRun(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, changes []string) {
+	if len(changes) == 0 || (len(changes) == 1 && (changes[0] == metrics.ChangeReadySinceAdded || changes[0] == metrics.ChangeReadySinceMoved)) {
 		return // only the ready-since annotation: backfilled or moved
 	}
 	desc := n.describeChanges(changes)
@@ -394,35 +440,40 @@ func (n *NodeReadiness) reportDryRun(ctx context.Context, node *corev1.Node, cni
 		"Dry run: no Ready CNI pod (%s in %s) on this node: would have %s", n.cfg.CNIPodSelector, n.cfg.CNINamespace, desc)
 }
 
-func (n *NodeReadiness) forgetDryRun(name string) {
+func (n *Controller) forgetDryRun(name string) {
 	n.mu.Lock()
 	delete(n.dryRun, name)
 	n.mu.Unlock()
 }
 
 // describeChanges says what the patch changed, and only that, for an Event.
-func (n *NodeReadiness) describeChanges(changes []string) string {
+func (n *Controller) describeChanges(changes []string) string {
 	label := annotations.LabelCNIReady + "=" + annotations.LabelCNIReadyValue
 	out := make([]string, 0, len(changes))
 	for _, c := range changes {
 		switch c {
-		case ChangeLabelAdded:
+		case metrics.ChangeLabelAdded:
 			out = append(out, "added label "+label)
-		case ChangeLabelRemoved:
+		case metrics.ChangeLabelRemoved:
 			out = append(out, "removed label "+label)
-		case ChangeTaintRemoved:
+		case metrics.ChangeTaintRemoved:
 			out = append(out, "removed startup taint "+n.cfg.StartupTaintKey)
-		case ChangeTaintAdded:
+		case metrics.ChangeTaintAdded:
 			out = append(out, "added startup taint "+n.cfg.StartupTaintKey+":"+string(n.cfg.StartupTaintEffect))
-		case ChangeReadySinceAdded:
+		case metrics.ChangeReadySinceAdded:
 			out = append(out, "added annotation "+annotations.AnnotationCNIReadySince)
-		case ChangeReadySinceMoved:
+		case metrics.ChangeReadySinceMoved:
 			out = append(out, "moved annotation "+annotations.AnnotationCNIReadySince+" forward to the CNI pod's readiness")
 		default:
 			out = append(out, c)
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// jsonPointerEscape escapes a map key for a JSON patch path (RFC 6901).
+func jsonPointerEscape(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
 func hasTaint(taints []corev1.Taint, key string) bool {

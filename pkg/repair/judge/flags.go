@@ -1,26 +1,25 @@
-package repair
+package judge
 
 import "github.com/spf13/pflag"
 
-// DetectionFlags are the settings that decide which pods are broken and what
-// the controller would do with them. The controller and the audit command
-// register them with AddDetectionFlags, so both take the same flags with the
-// same defaults.
-type DetectionFlags struct {
+// Flags are the flags of Config. The controller and the audit command
+// register them with AddFlags, so both take the same flags with the same
+// defaults.
+type Flags struct {
 	// Action and Gate hold the --action and --cni-ready-gate strings;
 	// Apply copies them into the Config.
 	Action string
 	Gate   string
 }
 
-// NewDetectionFlags returns the flag strings of c's action and gate.
-func NewDetectionFlags(c *Config) *DetectionFlags {
-	return &DetectionFlags{Action: string(c.Action), Gate: string(c.Gate)}
+// NewFlags returns the flag strings of c's action and gate.
+func NewFlags(c *Config) *Flags {
+	return &Flags{Action: string(c.Action), Gate: string(c.Gate)}
 }
 
-// DetectionFlagNames maps the Config keys AddDetectionFlags sets (the field
-// names Config.Validate's errors name) to their flags.
-var DetectionFlagNames = map[string]string{
+// FlagNames maps the Config keys AddFlags sets (the field names
+// Config.Validate's errors name) to their flags.
+var FlagNames = map[string]string{
 	"Action": "action", "Gate": "cni-ready-gate", "AllowBarePods": "allow-bare-pods",
 	"MinPodAge": "min-pod-age", "SandboxSlack": "sandbox-slack",
 	"InitContainerNames": "init-container-name", "InitExitCode": "init-exit-code",
@@ -29,9 +28,9 @@ var DetectionFlagNames = map[string]string{
 	"CNINamespace": "cni-namespace", "CNIPodSelector": "cni-pod-selector",
 }
 
-// AddDetectionFlags registers the detection, gate, breaker and action flags
-// of c on fs.
-func (f *DetectionFlags) AddDetectionFlags(fs *pflag.FlagSet, c *Config) {
+// AddFlags registers the detection, gate, breaker and action flags of c on
+// fs.
+func (f *Flags) AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&f.Action, "action", f.Action, "What to do with a pod that bypassed the CNI plugin: evict (policy/v1 Eviction, PodDisruptionBudgets honoured), delete (UID and resourceVersion preconditions) or label (only label it "+"consul.hashicorp.com/cni-uninitialized=true).")
 	fs.StringVar(&f.Gate, "cni-ready-gate", f.Gate, "When a node's CNI counts as ready (no action elsewhere): node-label (label consul.hashicorp.com/cni=ready), cni-pod (the CNI DaemonSet pod on the node is Ready) or none.")
 	fs.BoolVar(&c.AllowBarePods, "allow-bare-pods", c.AllowBarePods, "Also act on pods without a controller (they are NOT recreated). Default: Event and metric only.")
@@ -48,7 +47,7 @@ func (f *DetectionFlags) AddDetectionFlags(fs *pflag.FlagSet, c *Config) {
 }
 
 // Apply copies the string flags into c.
-func (f *DetectionFlags) Apply(c *Config) {
+func (f *Flags) Apply(c *Config) {
 	c.Action = Action(f.Action)
 	c.Gate = GateMode(f.Gate)
 }

@@ -1,4 +1,4 @@
-package repair
+package judge
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 )
@@ -153,9 +152,10 @@ func (d Detector) Finished(pod *corev1.Pod) bool {
 	return false
 }
 
-// matchesInitContainer reports whether a container name is one of names or
-// one of names followed by "-<service>" (consul-k8s multi-port pods).
-func matchesInitContainer(name string, names []string) bool {
+// MatchesInitContainer reports whether a container name is one of names or
+// one of names followed by "-<service>" (consul-k8s multi-port pods): the
+// check init containers of signal B.
+func MatchesInitContainer(name string, names []string) bool {
 	for _, n := range names {
 		if name == n {
 			return true
@@ -174,7 +174,7 @@ func matchesInitContainer(name string, names []string) bool {
 func (d Detector) signalB(pod *corev1.Pod, now time.Time) (Verdict, bool) {
 	for i := range pod.Status.InitContainerStatuses {
 		cs := &pod.Status.InitContainerStatuses[i]
-		if !matchesInitContainer(cs.Name, d.InitContainerNames) {
+		if !MatchesInitContainer(cs.Name, d.InitContainerNames) {
 			continue
 		}
 		var term *corev1.ContainerStateTerminated
@@ -206,7 +206,7 @@ func (d Detector) signalB(pod *corev1.Pod, now time.Time) (Verdict, bool) {
 // signalA: the status is still enabled/waiting although the latest sandbox
 // exists, for at least MinPodAge.
 func (d Detector) signalA(pod *corev1.Pod, now time.Time) Verdict {
-	sandbox, ok := sandboxTime(pod)
+	sandbox, ok := SandboxTime(pod)
 	if !ok {
 		return Verdict{Ignored: "no sandbox yet"}
 	}
@@ -239,8 +239,8 @@ func (d Detector) signalC(pod *corev1.Pod, status string) Verdict {
 	if err != nil {
 		return Verdict{Ignored: "redirection complete; " + err.Error()}
 	}
-	sandbox, ok := readyToStartSince(pod)
-	if !ok || !sandbox.After(applied.Add(d.SandboxSlack)) {
+	sandbox, ok := SandboxTime(pod)
+	if !ok || !hasReadyToStart(pod) || !sandbox.After(applied.Add(d.SandboxSlack)) {
 		return Verdict{Ignored: "redirection complete"}
 	}
 	return Verdict{
@@ -253,41 +253,50 @@ func (d Detector) signalC(pod *corev1.Pod, status string) Verdict {
 	}
 }
 
-// readyToStartSince returns the last transition of the pod's
-// PodReadyToStartContainers condition, when it says True: the time the
-// current sandbox was ready. Kubelet turns it False while a sandbox is being
-// recreated, so its True transition always dates the latest sandbox.
-func readyToStartSince(pod *corev1.Pod) (time.Time, bool) {
+// SandboxTime returns when the pod's latest sandbox was created, as far as
+// the API shows it, and whether it exists at all: the one dating of a
+// sandbox that the signals, the breaker and the race lane share. When the
+// kubelet reports the PodReadyToStartContainers condition (Kubernetes 1.29
+// and later), the condition alone decides: True dates the latest sandbox by
+// its last transition (the kubelet turns it False while a sandbox is being
+// recreated, so its True transition always dates the latest one), False
+// means a sandbox is being set up (none exists yet, even though the pod
+// still shows the IP and containers of an earlier one). Without the
+// condition: a pod IP or any started container says a sandbox exists, dated
+// by the earliest container start, else the pod's start time, else its
+// creation time.
+func SandboxTime(pod *corev1.Pod) (time.Time, bool) {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReadyToStartContainers {
-			if c.Status != corev1.ConditionTrue {
-				return time.Time{}, false
-			}
-			t := c.LastTransitionTime.Time
-			if t.IsZero() {
-				t = pod.CreationTimestamp.Time
-			}
-			return t, true
+		if c.Type != corev1.PodReadyToStartContainers {
+			continue
 		}
+		if c.Status != corev1.ConditionTrue {
+			return time.Time{}, false
+		}
+		t := c.LastTransitionTime.Time
+		if t.IsZero() {
+			t = pod.CreationTimestamp.Time
+		}
+		return t, true
 	}
-	return time.Time{}, false
+	return startedSandboxTime(pod)
 }
 
-// sandboxTime returns when the pod's latest sandbox was created, as far as
-// the API shows it, and whether it exists at all. When the kubelet reports
-// the PodReadyToStartContainers condition (Kubernetes 1.29 and later), the
-// condition alone decides: True dates the latest sandbox by its last
-// transition, False means a sandbox is being set up (none exists yet, even
-// though the pod still shows the IP and containers of an earlier one).
-// Without the condition: a pod IP or any started container says a sandbox
-// exists, dated by the earliest container start, else the pod's start time,
-// else its creation time.
-func sandboxTime(pod *corev1.Pod) (time.Time, bool) {
+// hasReadyToStart reports whether the kubelet reports the pod's
+// PodReadyToStartContainers condition, which alone dates a sandbox exactly
+// (signal C trusts no other date).
+func hasReadyToStart(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReadyToStartContainers {
-			return readyToStartSince(pod)
+			return true
 		}
 	}
+	return false
+}
+
+// startedSandboxTime is SandboxTime for a kubelet that does not report the
+// PodReadyToStartContainers condition.
+func startedSandboxTime(pod *corev1.Pod) (time.Time, bool) {
 	var t time.Time
 	exists := false
 	earliest := func(c time.Time) {
@@ -331,16 +340,4 @@ func sandboxTime(pod *corev1.Pod) (time.Time, bool) {
 		t = pod.CreationTimestamp.Time
 	}
 	return t, true
-}
-
-// controllerOf returns the controlling owner reference of pod, or nil for a
-// bare pod (nothing would recreate it).
-func controllerOf(pod *corev1.Pod) *metav1.OwnerReference {
-	for i := range pod.OwnerReferences {
-		ref := &pod.OwnerReferences[i]
-		if ref.Controller != nil && *ref.Controller {
-			return ref
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package repair
+package nodeready
 
 import (
 	"context"
@@ -7,49 +7,62 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
 type nrHarness struct {
 	t        *testing.T
 	client   *fake.Clientset
-	inf      *Informers
-	n        *NodeReadiness
+	nodes    cache.SharedIndexInformer
+	cniPods  cache.SharedIndexInformer
+	n        *Controller
 	recorder *record.FakeRecorder
-	metrics  *Metrics
+	metrics  Metrics
 }
 
+// newNRHarness is node readiness with the controller's defaults over a fake
+// clientset, its informer caches filled by hand.
 func newNRHarness(t *testing.T, mutate func(*Config), node *corev1.Node, cni *corev1.Pod) *nrHarness {
 	t.Helper()
-	cfg := defaultConfig()
+	def := judge.DefaultConfig()
+	cfg := Config{CNINamespace: def.CNINamespace, CNIPodSelector: def.CNIPodSelector,
+		StartupTaintKey: annotations.TaintCNINotReady, StartupTaintEffect: corev1.TaintEffectNoSchedule}
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	client := fake.NewClientset(node)
-	inf, err := newInformers(client, cfg)
-	if err != nil {
-		t.Fatal(err)
+	h := &nrHarness{t: t, client: client, recorder: record.NewFakeRecorder(10),
+		nodes:   informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes().Informer(),
+		cniPods: coreinformers.NewPodInformer(client, cfg.CNINamespace, 0, judge.PodNodeIndexers()),
+		metrics: Metrics{Changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metrics.NodeReadinessChanges},
+			[]string{metrics.LabelChange, metrics.LabelResult})},
 	}
-	h := &nrHarness{t: t, client: client, inf: inf, recorder: record.NewFakeRecorder(10), metrics: newMetrics()}
-	if h.n, err = newNodeReadiness(cfg, client, inf, h.recorder, h.metrics); err != nil {
+	var err error
+	if h.n, err = New(cfg, client, h.nodes, h.cniPods, h.recorder, h.metrics); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.n.queue.ShutDown)
-	s, _ := slimNode(node.DeepCopy())
-	if err := inf.Nodes.GetIndexer().Add(s); err != nil {
+	if err := h.nodes.GetIndexer().Add(node.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	if cni != nil {
-		s, _ := slimCNIPod(cni)
-		if err := inf.CNIPods.GetIndexer().Add(s); err != nil {
+		if err := h.cniPods.GetIndexer().Add(cni.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,8 +88,8 @@ func (h *nrHarness) patches() int {
 	return n
 }
 
-func changes(m *Metrics, change, result string) float64 {
-	return testutil.ToFloat64(m.NodeReadinessChanges.WithLabelValues(change, result))
+func changes(m Metrics, change, result string) float64 {
+	return testutil.ToFloat64(m.Changes.WithLabelValues(change, result))
 }
 
 func startupTaint(effect corev1.TaintEffect) corev1.Taint {
@@ -94,7 +107,7 @@ func nodeObject(labels map[string]string, taints ...corev1.Taint) *corev1.Node {
 func TestNodeReadyLabelsAndUntaints(t *testing.T) {
 	for _, effect := range []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute} {
 		t.Run(string(effect), func(t *testing.T) {
-			h := newNRHarness(t, nil, nodeObject(map[string]string{"kubernetes.io/hostname": "n1"}, otherTaint, startupTaint(effect)), cniPod("n1", true, -time.Second))
+			h := newNRHarness(t, nil, nodeObject(map[string]string{"kubernetes.io/hostname": "n1"}, otherTaint, startupTaint(effect)), judgetest.CNIPod("n1", true, -time.Second))
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +118,7 @@ func TestNodeReadyLabelsAndUntaints(t *testing.T) {
 			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != otherTaint.Key {
 				t.Fatalf("taints: %v (want only the other taint)", n.Spec.Taints)
 			}
-			if changes(h.metrics, ChangeLabelAdded, ResultSuccess) != 1 || changes(h.metrics, ChangeTaintRemoved, ResultSuccess) != 1 {
+			if changes(h.metrics, metrics.ChangeLabelAdded, metrics.ResultSuccess) != 1 || changes(h.metrics, metrics.ChangeTaintRemoved, metrics.ResultSuccess) != 1 {
 				t.Fatal("changes not counted")
 			}
 			e := <-h.recorder.Events
@@ -127,7 +140,7 @@ func TestNodeReadyLabelsAndUntaints(t *testing.T) {
 }
 
 func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
-	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), judgetest.CNIPod("n1", true, -time.Second))
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +153,7 @@ func TestNodeReadyOnlyTaintAndNoLabels(t *testing.T) {
 func TestNodeReadyIsIdempotent(t *testing.T) {
 	node := nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, otherTaint)
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T11:00:00Z"}
-	h := newNRHarness(t, nil, node, cniPod("n1", true, -2*time.Hour))
+	h := newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -2*time.Hour))
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +163,7 @@ func TestNodeReadyIsIdempotent(t *testing.T) {
 }
 
 func TestNodeNotReadyRemovesLabelKeepsTaintAway(t *testing.T) {
-	for name, cni := range map[string]*corev1.Pod{"no CNI pod": nil, "CNI pod not Ready": cniPod("n1", false, -time.Second), "CNI pod on other node": cniPod("n2", true, -time.Second)} {
+	for name, cni := range map[string]*corev1.Pod{"no CNI pod": nil, "CNI pod not Ready": judgetest.CNIPod("n1", false, -time.Second), "CNI pod on other node": judgetest.CNIPod("n2", true, -time.Second)} {
 		t.Run(name, func(t *testing.T) {
 			h := newNRHarness(t, nil, nodeObject(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}), cni)
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -166,7 +179,7 @@ func TestNodeNotReadyRemovesLabelKeepsTaintAway(t *testing.T) {
 			if e := <-h.recorder.Events; !strings.HasPrefix(e, "Warning "+EventCNINotReady) {
 				t.Fatalf("event %q", e)
 			}
-			if changes(h.metrics, ChangeLabelRemoved, ResultSuccess) != 1 {
+			if changes(h.metrics, metrics.ChangeLabelRemoved, metrics.ResultSuccess) != 1 {
 				t.Fatal("not counted")
 			}
 		})
@@ -184,7 +197,7 @@ func TestNodeNotReadyReaddsTaintWhenAsked(t *testing.T) {
 			if !hasTaint(n.Spec.Taints, annotations.TaintCNINotReady) || len(n.Spec.Taints) != len(taints)+1 {
 				t.Fatalf("taints: %v", n.Spec.Taints)
 			}
-			if changes(h.metrics, ChangeTaintAdded, ResultSuccess) != 1 {
+			if changes(h.metrics, metrics.ChangeTaintAdded, metrics.ResultSuccess) != 1 {
 				t.Fatal("not counted")
 			}
 		})
@@ -194,7 +207,7 @@ func TestNodeNotReadyReaddsTaintWhenAsked(t *testing.T) {
 // The cache is stale: the node's taints changed on the server. The patch's
 // test op fails, nothing is overwritten, and an error asks for a retry.
 func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
-	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), judgetest.CNIPod("n1", true, -time.Second))
 	live := h.node()
 	live.Spec.Taints = append(live.Spec.Taints, otherTaint)
 	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
@@ -207,12 +220,11 @@ func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
 	if len(n.Spec.Taints) != 2 || n.Labels[annotations.LabelCNIReady] == "ready" {
 		t.Fatalf("node changed by a failed patch: %v %v", n.Labels, n.Spec.Taints)
 	}
-	if changes(h.metrics, ChangeTaintRemoved, ResultFailure) != 1 {
+	if changes(h.metrics, metrics.ChangeTaintRemoved, metrics.ResultFailure) != 1 {
 		t.Fatal("failure not counted")
 	}
 	// With fresh data the next sync succeeds and keeps the new taint.
-	s, _ := slimNode(n)
-	if err := h.inf.Nodes.GetIndexer().Update(s); err != nil {
+	if err := h.nodes.GetIndexer().Update(n); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -230,7 +242,7 @@ func TestNodeReadinessStaleCacheDoesNotOverwrite(t *testing.T) {
 func TestNodeReadinessStaleCacheKeepsLabels(t *testing.T) {
 	node := nodeObject(nil)
 	node.ResourceVersion = "1"
-	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
+	h := newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -time.Second))
 	live := h.node()
 	live.Labels = map[string]string{"kubernetes.io/hostname": "n1"}
 	live.ResourceVersion = "2"
@@ -249,8 +261,8 @@ func TestNodeReadinessStaleCacheKeepsLabels(t *testing.T) {
 }
 
 func TestNodeReadinessIgnoresTerminatingCNIPod(t *testing.T) {
-	p := cniPod("n1", true, -time.Second)
-	ts := at(0)
+	p := judgetest.CNIPod("n1", true, -time.Second)
+	ts := judgetest.At(0)
 	p.DeletionTimestamp = &ts
 	h := newNRHarness(t, nil, nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), p)
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -270,7 +282,7 @@ func TestNodeReadinessDryRunMutatesNothing(t *testing.T) {
 		cni    *corev1.Pod
 		reason string
 	}{
-		{"ready", nodeObject(map[string]string{"a": "b"}, startupTaint(corev1.TaintEffectNoSchedule)), cniPod("n1", true, -time.Second), EventWouldMarkCNIReady},
+		{"ready", nodeObject(map[string]string{"a": "b"}, startupTaint(corev1.TaintEffectNoSchedule)), judgetest.CNIPod("n1", true, -time.Second), EventWouldMarkCNIReady},
 		{"not ready", nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}), nil, EventWouldMarkCNINotReady},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -306,8 +318,8 @@ func TestNodeReadyWritesReadySince(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			node := nodeObject(map[string]string{"a": "b"})
 			node.Annotations = ann
-			h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Second))
-			h.n.now = func() time.Time { return t0.Add(1500 * time.Millisecond) }
+			h := newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -time.Second))
+			h.n.now = func() time.Time { return judgetest.T0.Add(1500 * time.Millisecond) }
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
 				t.Fatal(err)
 			}
@@ -326,19 +338,19 @@ func TestNodeReadyWritesReadySince(t *testing.T) {
 // added; a valid annotation is kept when the label is re-added (removed by
 // someone else while the CNI pod stayed Ready); readiness lost removes both.
 func TestNodeReadySinceBackfillKeepAndRemove(t *testing.T) {
-	h := newNRHarness(t, nil, nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}), cniPod("n1", true, -time.Second))
-	h.n.now = func() time.Time { return t0 }
+	h := newNRHarness(t, nil, nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}), judgetest.CNIPod("n1", true, -time.Second))
+	h.n.now = func() time.Time { return judgetest.T0 }
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.node(); n.Annotations[annotations.AnnotationCNIReadySince] != annotations.FormatTime(t0) || changes(h.metrics, ChangeReadySinceAdded, ResultSuccess) != 1 {
+	if n := h.node(); n.Annotations[annotations.AnnotationCNIReadySince] != annotations.FormatTime(judgetest.T0) || changes(h.metrics, metrics.ChangeReadySinceAdded, metrics.ResultSuccess) != 1 {
 		t.Fatalf("not backfilled: %v", n.Annotations)
 	}
 
 	node := nodeObject(map[string]string{"a": "b"})
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: "2026-11-30T10:00:00Z"}
-	h = newNRHarness(t, nil, node, cniPod("n1", true, -3*time.Hour))
-	h.n.now = func() time.Time { return t0 }
+	h = newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -3*time.Hour))
+	h.n.now = func() time.Time { return judgetest.T0 }
 	if err := h.n.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -367,12 +379,12 @@ func TestNodeReadinessEventsSayOnlyWhatChanged(t *testing.T) {
 		want       string
 		notContain string
 	}{
-		{name: "label only", node: nodeObject(nil), cni: cniPod("n1", true, -time.Second),
-			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label, notContain: "taint"},
-		{name: "taint only", node: withReadySince(nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, startupTaint(corev1.TaintEffectNoSchedule))), cni: cniPod("n1", true, -time.Second),
-			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: removed " + taint, notContain: "label"},
-		{name: "both", node: nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cni: cniPod("n1", true, -time.Second),
-			want: "Normal " + EventCNIReady + " CNI pod " + defaultCNINamespace + "/consul-cni-n1 is Ready: added label " + label + ", removed " + taint},
+		{name: "label only", node: nodeObject(nil), cni: judgetest.CNIPod("n1", true, -time.Second),
+			want: "Normal " + EventCNIReady + " CNI pod " + judge.DefaultConfig().CNINamespace + "/consul-cni-n1 is Ready: added label " + label, notContain: "taint"},
+		{name: "taint only", node: withReadySince(nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}, startupTaint(corev1.TaintEffectNoSchedule))), cni: judgetest.CNIPod("n1", true, -time.Second),
+			want: "Normal " + EventCNIReady + " CNI pod " + judge.DefaultConfig().CNINamespace + "/consul-cni-n1 is Ready: removed " + taint, notContain: "label"},
+		{name: "both", node: nodeObject(nil, startupTaint(corev1.TaintEffectNoSchedule)), cni: judgetest.CNIPod("n1", true, -time.Second),
+			want: "Normal " + EventCNIReady + " CNI pod " + judge.DefaultConfig().CNINamespace + "/consul-cni-n1 is Ready: added label " + label + ", removed " + taint},
 		{name: "label removed", node: nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}),
 			want: "removed label " + label, notContain: "taint"},
 		{name: "label removed, taint re-added", readd: true, node: nodeObject(map[string]string{annotations.LabelCNIReady: "ready"}),
@@ -394,7 +406,7 @@ func TestNodeReadinessEventsSayOnlyWhatChanged(t *testing.T) {
 // withReadySince gives a node labelled ready the baseline annotation it
 // would carry, so that no backfill is part of the change.
 func withReadySince(n *corev1.Node) *corev1.Node {
-	n.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0)}
+	n.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(judgetest.T0)}
 	return n
 }
 
@@ -404,11 +416,11 @@ func withReadySince(n *corev1.Node) *corev1.Node {
 func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 	for _, ready := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
-			remover := cniPod("n1", ready, -time.Second)
+			remover := judgetest.CNIPod("n1", ready, -time.Second)
 			remover.Labels[annotations.LabelInstallerMode] = annotations.InstallerModeUninstall
 			h := newNRHarness(t, func(c *Config) { c.ReaddStartupTaint = true },
 				nodeObject(map[string]string{annotations.LabelCNIReady: "ready", "a": "b"}, otherTaint, startupTaint(corev1.TaintEffectNoSchedule)), remover)
-			if readyCNIPod(h.inf.CNIPods.GetIndexer(), "n1") != nil {
+			if judge.ReadyCNIPod(h.cniPods.GetIndexer(), "n1") != nil {
 				t.Fatal("an uninstalling pod counts as a ready CNI pod")
 			}
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
@@ -424,13 +436,12 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 			if e := <-h.recorder.Events; !strings.HasPrefix(e, "Normal "+EventCNIUninstalled) {
 				t.Fatalf("event %q", e)
 			}
-			if changes(h.metrics, ChangeLabelRemoved, ResultSuccess) != 1 || changes(h.metrics, ChangeTaintRemoved, ResultSuccess) != 1 {
+			if changes(h.metrics, metrics.ChangeLabelRemoved, metrics.ResultSuccess) != 1 || changes(h.metrics, metrics.ChangeTaintRemoved, metrics.ResultSuccess) != 1 {
 				t.Fatal("changes not counted")
 			}
 			// Nothing more to do: no second patch.
 			before := h.patches()
-			s, _ := slimNode(n)
-			if err := h.inf.Nodes.GetIndexer().Update(s); err != nil {
+			if err := h.nodes.GetIndexer().Update(n); err != nil {
 				t.Fatal(err)
 			}
 			if err := h.n.sync(context.Background(), "n1"); err != nil || h.patches() != before {
@@ -447,7 +458,7 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 // not see) and the annotation moves forward, guarded by a test of the old
 // value; otherwise it is kept.
 func TestNodeReadySinceContinuous(t *testing.T) {
-	old := annotations.FormatTime(t0.Add(-10 * time.Minute))
+	old := annotations.FormatTime(judgetest.T0.Add(-10 * time.Minute))
 	cases := []struct {
 		name     string
 		labelled bool
@@ -455,9 +466,9 @@ func TestNodeReadySinceContinuous(t *testing.T) {
 		started  *time.Duration // a running container's start, if any
 		want     string         // the annotation after sync
 	}{
-		{"ready transition later", true, -time.Minute, nil, annotations.FormatTime(t0.Add(-time.Minute))},
-		{"container restarted, transition not reported", true, -time.Hour, durp(-2 * time.Minute), annotations.FormatTime(t0.Add(-2 * time.Minute))},
-		{"label removed by someone else, CNI restarted since", false, -30 * time.Second, nil, annotations.FormatTime(t0.Add(-30 * time.Second))},
+		{"ready transition later", true, -time.Minute, nil, annotations.FormatTime(judgetest.T0.Add(-time.Minute))},
+		{"container restarted, transition not reported", true, -time.Hour, durp(-2 * time.Minute), annotations.FormatTime(judgetest.T0.Add(-2 * time.Minute))},
+		{"label removed by someone else, CNI restarted since", false, -30 * time.Second, nil, annotations.FormatTime(judgetest.T0.Add(-30 * time.Second))},
 		{"continuously ready", true, -time.Hour, durp(-time.Hour - time.Second), old},
 		{"same second", true, -10*time.Minute + 800*time.Millisecond, nil, old},
 	}
@@ -469,13 +480,13 @@ func TestNodeReadySinceContinuous(t *testing.T) {
 			}
 			node := nodeObject(labels)
 			node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: old}
-			cni := cniPod("n1", true, tc.ready)
+			cni := judgetest.CNIPod("n1", true, tc.ready)
 			if tc.started != nil {
 				cni.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "installer", RestartCount: 1,
-					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(*tc.started)}}}}
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: judgetest.At(*tc.started)}}}}
 			}
 			h := newNRHarness(t, nil, node, cni)
-			h.n.now = func() time.Time { return t0 }
+			h.n.now = func() time.Time { return judgetest.T0 }
 			if err := h.n.sync(context.Background(), "n1"); err != nil {
 				t.Fatal(err)
 			}
@@ -484,7 +495,7 @@ func TestNodeReadySinceContinuous(t *testing.T) {
 				t.Fatalf("annotation %s, labels %v; want annotation %s and the label", got, n.Labels, tc.want)
 			}
 			moved := tc.want != old
-			if got := changes(h.metrics, ChangeReadySinceMoved, ResultSuccess); got != map[bool]float64{true: 1}[moved] {
+			if got := changes(h.metrics, metrics.ChangeReadySinceMoved, metrics.ResultSuccess); got != map[bool]float64{true: 1}[moved] {
 				t.Fatalf("ready_since_moved = %v, moved %v", got, moved)
 			}
 			if !moved {
@@ -509,19 +520,46 @@ func TestNodeReadySinceContinuous(t *testing.T) {
 // op fail: nothing is overwritten and the sync asks for a retry.
 func TestNodeReadySinceMoveIsGuarded(t *testing.T) {
 	node := nodeObject(map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue})
-	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(t0.Add(-10 * time.Minute))}
-	h := newNRHarness(t, nil, node, cniPod("n1", true, -time.Minute))
+	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(judgetest.T0.Add(-10 * time.Minute))}
+	h := newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -time.Minute))
 	live := h.node()
-	live.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(t0.Add(-5 * time.Minute))
+	live.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(judgetest.T0.Add(-5 * time.Minute))
 	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.n.sync(context.Background(), "n1"); err == nil {
 		t.Fatal("sync on a stale cache succeeded")
 	}
-	if got := h.node().Annotations[annotations.AnnotationCNIReadySince]; got != annotations.FormatTime(t0.Add(-5*time.Minute)) {
+	if got := h.node().Annotations[annotations.AnnotationCNIReadySince]; got != annotations.FormatTime(judgetest.T0.Add(-5*time.Minute)) {
 		t.Fatalf("annotation overwritten: %s", got)
 	}
 }
 
 func durp(d time.Duration) *time.Duration { return &d }
+
+// What node readiness writes is what the node-label gate reads back.
+func TestReadySinceRoundTrip(t *testing.T) {
+	nr := newNRHarness(t, nil, nodeObject(nil), judgetest.CNIPod("n1", true, -time.Second))
+	nr.n.now = func() time.Time { return judgetest.T0.Add(-7 * time.Minute) }
+	if err := nr.n.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if open, since := gateOn(t, nr.node()).Open("n1"); !open || !since.Equal(judgetest.T0.Add(-7*time.Minute)) {
+		t.Fatalf("gate: open %v since %s", open, since)
+	}
+	// A value in the future (another clock) is never used as is.
+	future := nr.node()
+	future.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(time.Now().Add(time.Hour))
+	if _, since := gateOn(t, future).Open("n1"); since.After(time.Now()) {
+		t.Fatalf("since %s is in the future", since)
+	}
+}
+
+// gateOn is the controller's node-label gate over a cache holding node.
+func gateOn(t *testing.T, node *corev1.Node) judge.Gate {
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := nodes.Add(node); err != nil {
+		t.Fatal(err)
+	}
+	return judge.NewGate(judge.GateNodeLabel, corelisters.NewNodeLister(nodes), nil, time.Now(), false)
+}

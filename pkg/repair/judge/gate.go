@@ -1,4 +1,4 @@
-package repair
+package judge
 
 import (
 	"sync"
@@ -11,12 +11,13 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 )
 
-// indexByNode indexes pods by spec.nodeName.
-const indexByNode = "byNode"
+// IndexByNode is the index of pods by spec.nodeName (PodNodeIndexers).
+const IndexByNode = "byNode"
 
-// podNodeIndexer indexes pods by spec.nodeName.
-func podNodeIndexer() cache.Indexers {
-	return cache.Indexers{indexByNode: func(obj interface{}) ([]string, error) {
+// PodNodeIndexers index pods by spec.nodeName, as the gate's CNI pod
+// indexer must be.
+func PodNodeIndexers() cache.Indexers {
+	return cache.Indexers{IndexByNode: func(obj interface{}) ([]string, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok || pod.Spec.NodeName == "" {
 			return nil, nil
@@ -29,22 +30,44 @@ func podNodeIndexer() cache.Indexers {
 // not ready would only make the owner recreate a pod that bypasses again.
 type Gate interface {
 	// Open reports whether the node's CNI is ready now and, if so, since
-	// when (as precisely as known; never in the future).
+	// when (ReadySince; as precisely as known; never in the future).
 	Open(node string) (bool, time.Time)
+	// Dated reports whether Open's "since" for node is the moment its CNI
+	// became ready rather than a stand-in: under the cni-pod gate the CNI
+	// pod's readiness; under the node-label gate only a valid
+	// cni-ready-since annotation on the labelled node (not the time this
+	// process first saw the label), or in a dry run the CNI pod the label
+	// would follow; never without a gate.
+	Dated(node string) bool
+	// Observe records a node as the node informer delivers it (initial:
+	// of its initial list) and Forget drops a deleted one: the node-label
+	// gate dates a label it cannot read a time for by when it first saw
+	// it. The other gates keep no state.
+	Observe(node *corev1.Node, initial bool)
+	Forget(node string)
 	Mode() GateMode
 }
 
-// newGate builds the gate of mode. nodes is needed for node-label, cniPods
-// (indexed with podNodeIndexer) for cni-pod; start is used as the "since" of
-// nodes whose readiness predates what the gate can date.
-func newGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer, start time.Time) Gate {
+// NewGate builds the gate of mode. nodes is needed for node-label, cniPods
+// (indexed with PodNodeIndexers) for cni-pod; start is used as the "since"
+// of nodes whose readiness predates what the gate can date. With
+// wouldLabel (a dry run with node readiness, the CNI pods cached in
+// cniPods), the node-label gate also opens a node that is not labelled but
+// that node readiness would have labelled (a Ready CNI pod on it): a dry run
+// writes no label, and an audit that waited for one would never report
+// anything.
+func NewGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer, start time.Time, wouldLabel bool) Gate {
 	switch mode {
 	case GateCNIPod:
 		return &cniPodGate{pods: cniPods}
 	case GateNone:
 		return noGate{start: start}
 	default:
-		return &nodeLabelGate{nodes: nodes, cniPods: cniPods, start: start, since: map[string]time.Time{}, now: time.Now}
+		g := &nodeLabelGate{nodes: nodes, cniPods: cniPods, start: start, since: map[string]time.Time{}, now: time.Now}
+		if wouldLabel {
+			g.wouldLabel = &cniPodGate{pods: cniPods}
+		}
+		return g
 	}
 }
 
@@ -55,7 +78,7 @@ func newGate(mode GateMode, nodes corelisters.NodeLister, cniPods cache.Indexer,
 // this process first saw the label (Observe from the node informer's
 // handlers), or start for nodes labelled before this process ran. When the
 // CNI pods are cached, a Ready CNI pod on the node whose readiness (see
-// readySince) is later than that moves it forward: the CNI was not
+// ReadySince) is later than that moves it forward: the CNI was not
 // continuously ready since the annotation (a node reboot), and node readiness
 // moves the annotation to the same time, so the gate does not wait for that
 // patch and both give the cni-pod gate's baseline.
@@ -66,9 +89,7 @@ type nodeLabelGate struct {
 	start   time.Time
 	now     func() time.Time
 	// wouldLabel, in a dry run with node readiness, opens a node that is
-	// not labelled but that node readiness would have labelled (a Ready
-	// CNI pod on it): it writes no label then, and an audit that waits
-	// for one would never report anything.
+	// not labelled but that node readiness would have labelled (NewGate).
 	wouldLabel *cniPodGate
 
 	mu    sync.Mutex
@@ -82,22 +103,36 @@ func (g *nodeLabelGate) Open(name string) (bool, time.Time) {
 	if err != nil {
 		return false, time.Time{}
 	}
-	if open, since := g.Observe(node, false); open || g.wouldLabel == nil {
+	if open, since := g.observe(node, false); open || g.wouldLabel == nil {
 		return open, since
 	}
 	return g.wouldLabel.Open(name)
 }
 
-// Observe records the node's label state; initial is true for nodes of the
-// informer's initial list.
-func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Time) {
+func (g *nodeLabelGate) Dated(name string) bool {
+	n, err := g.nodes.Get(name)
+	if err != nil {
+		return false
+	}
+	if !LabelledReady(n) {
+		return g.wouldLabel != nil
+	}
+	_, ok := RecordedReadySince(n)
+	return ok
+}
+
+func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) { g.observe(node, initial) }
+
+// observe records the node's label state and returns the gate's view of it;
+// initial is true for nodes of the informer's initial list.
+func (g *nodeLabelGate) observe(node *corev1.Node, initial bool) (bool, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !nodeLabelledReady(node) {
+	if !LabelledReady(node) {
 		delete(g.since, node.Name)
 		return false, time.Time{}
 	}
-	t, ok := nodeReadySince(node)
+	t, ok := RecordedReadySince(node)
 	if ok {
 		g.since[node.Name] = t
 	} else if t, ok = g.since[node.Name]; !ok {
@@ -108,11 +143,7 @@ func (g *nodeLabelGate) Observe(node *corev1.Node, initial bool) (bool, time.Tim
 		g.since[node.Name] = t
 	}
 	if g.cniPods != nil {
-		if pod := readyCNIPod(g.cniPods, node.Name); pod != nil {
-			if r := readySince(pod); r.After(t) {
-				t = r
-			}
-		}
+		t, _ = ReadySince(t, ReadyCNIPod(g.cniPods, node.Name))
 	}
 	if now := g.now(); t.After(now) {
 		t = now // another node's clock: never in the future
@@ -126,9 +157,9 @@ func (g *nodeLabelGate) Forget(name string) {
 	g.mu.Unlock()
 }
 
-// nodeReadySince returns the node's cni-ready-since annotation, when it
-// holds a valid time.
-func nodeReadySince(node *corev1.Node) (time.Time, bool) {
+// RecordedReadySince returns the node's cni-ready-since annotation, when it
+// holds a valid time: the baseline node readiness recorded (see ReadySince).
+func RecordedReadySince(node *corev1.Node) (time.Time, bool) {
 	v, ok := node.Annotations[annotations.AnnotationCNIReadySince]
 	if !ok {
 		return time.Time{}, false
@@ -137,8 +168,8 @@ func nodeReadySince(node *corev1.Node) (time.Time, bool) {
 	return t, err == nil
 }
 
-// nodeLabelledReady reports whether node carries the CNI readiness label.
-func nodeLabelledReady(node *corev1.Node) bool {
+// LabelledReady reports whether node carries the CNI readiness label.
+func LabelledReady(node *corev1.Node) bool {
 	return node.Labels[annotations.LabelCNIReady] == annotations.LabelCNIReadyValue
 }
 
@@ -149,16 +180,23 @@ type cniPodGate struct{ pods cache.Indexer }
 func (g *cniPodGate) Mode() GateMode { return GateCNIPod }
 
 func (g *cniPodGate) Open(node string) (bool, time.Time) {
-	pod := readyCNIPod(g.pods, node)
+	pod := ReadyCNIPod(g.pods, node)
 	if pod == nil {
 		return false, time.Time{}
 	}
-	return true, readySince(pod)
+	since, _ := ReadySince(time.Time{}, pod)
+	return true, since
 }
 
-// readyCNIPod returns a Ready, not terminating CNI pod on node, or nil.
-func readyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
-	objs, err := pods.ByIndex(indexByNode, node)
+func (g *cniPodGate) Dated(string) bool          { return true }
+func (g *cniPodGate) Observe(*corev1.Node, bool) {}
+func (g *cniPodGate) Forget(string)              {}
+
+// ReadyCNIPod returns a Ready, not terminating CNI pod on node from pods
+// (indexed with PodNodeIndexers), or nil. A pod of the installer in
+// uninstall mode is never one.
+func ReadyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(IndexByNode, node)
 	if err != nil {
 		return nil
 	}
@@ -171,11 +209,11 @@ func readyCNIPod(pods cache.Indexer, node string) *corev1.Pod {
 	return nil
 }
 
-// uninstallingCNIPod returns a CNI pod on node that runs the installer in
+// UninstallingCNIPod returns a CNI pod on node that runs the installer in
 // uninstall mode (label annotations.LabelInstallerMode), nil when there is
 // none. Such a pod is never a ready CNI pod, whatever its readiness.
-func uninstallingCNIPod(pods cache.Indexer, node string) *corev1.Pod {
-	objs, err := pods.ByIndex(indexByNode, node)
+func UninstallingCNIPod(pods cache.Indexer, node string) *corev1.Pod {
+	objs, err := pods.ByIndex(IndexByNode, node)
 	if err != nil {
 		return nil
 	}
@@ -205,7 +243,28 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// readySince dates since when a Ready CNI pod has been continuously ready:
+// ReadySince is a node's "CNI ready since", the baseline the gates, the
+// breaker, the race lane and node readiness all rest on, defined here only:
+// recorded (the node's cni-ready-since annotation, RecordedReadySince, or a
+// stand-in for it; zero when there is none) moved forward to the readiness
+// of cniPod, the node's Ready CNI pod (nil: none known), when that is later
+// to the second (the precision of API times): the CNI was then not
+// continuously ready since recorded (a node reboot). moved says whether it
+// was moved; node readiness then moves the annotation, guarded by a test of
+// the value it replaces. The result is not clamped to now: the gates clamp
+// what they return, node readiness writes it as is (clamped, a later patch
+// would move it again and again while the clocks differ).
+func ReadySince(recorded time.Time, cniPod *corev1.Pod) (since time.Time, moved bool) {
+	if cniPod == nil {
+		return recorded, false
+	}
+	if r := podReadySince(cniPod); r.Truncate(time.Second).After(recorded) {
+		return r, true
+	}
+	return recorded, false
+}
+
+// podReadySince dates since when a Ready CNI pod has been continuously ready:
 // its Ready transition, unless one of its containers is running since a later
 // time. The installer chains consul-cni when it starts, so a container start
 // is the last moment the chain was (re)written; a node reboot (kubelet and
@@ -218,7 +277,7 @@ func podReady(pod *corev1.Pod) bool {
 // change is seen only by a process that watched across it, and a
 // container's restartCount says that it restarted but not when. Container
 // start times are on the pod, read by every process the same way.
-func readySince(pod *corev1.Pod) time.Time {
+func podReadySince(pod *corev1.Pod) time.Time {
 	var t time.Time
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -237,3 +296,6 @@ type noGate struct{ start time.Time }
 
 func (noGate) Mode() GateMode                  { return GateNone }
 func (g noGate) Open(string) (bool, time.Time) { return true, g.start }
+func (noGate) Dated(string) bool               { return false }
+func (noGate) Observe(*corev1.Node, bool)      {}
+func (noGate) Forget(string)                   {}

@@ -1,0 +1,123 @@
+package repair
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+)
+
+func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
+	p := judgetest.Pod(judgetest.SandboxAt(-time.Hour), judgetest.WithAnnotation("kubectl.kubernetes.io/last-applied-configuration", "{big}"))
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "nginx", Env: []corev1.EnvVar{{Name: "A", Value: "B"}}}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{
+		{Name: "app", Image: "nginx", ImageID: "sha", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "long log", StartedAt: judgetest.At(-time.Minute)}}},
+		{Name: "envoy", Image: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: judgetest.At(-2 * time.Minute)}}},
+	}
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "other-init", Image: "x", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, StartedAt: judgetest.At(-3 * time.Minute)}}},
+		{Name: annotations.InitContainerName + "-web", Image: "y", RestartCount: 2, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "m"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 88, Message: "not redirected", StartedAt: judgetest.At(-time.Minute), FinishedAt: judgetest.At(-time.Minute)}}},
+	}
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "x"})
+	o, err := slimDefault(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.(*corev1.Pod)
+	if s.ManagedFields != nil || s.Spec.Containers != nil || s.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" || s.Labels["app"] != "" {
+		t.Errorf("kept data the controller never reads: %+v", s)
+	}
+	// The check init container is kept (exit code, no message); every other
+	// container is summed up in one status: started, earliest start time.
+	if len(s.Status.InitContainerStatuses) != 1 {
+		t.Fatalf("init statuses: %+v", s.Status.InitContainerStatuses)
+	}
+	if ic := s.Status.InitContainerStatuses[0]; ic.Image != "" || ic.RestartCount != 2 || ic.LastTerminationState.Terminated.ExitCode != 88 || ic.LastTerminationState.Terminated.Message != "" || ic.State.Waiting == nil {
+		t.Errorf("check init status not slimmed right: %+v", ic)
+	}
+	if len(s.Status.ContainerStatuses) != 1 || s.Status.ContainerStatuses[0].State.Running == nil || !s.Status.ContainerStatuses[0].State.Running.StartedAt.Equal(ptrTime(judgetest.At(-3*time.Minute))) {
+		t.Errorf("container summary: %+v", s.Status.ContainerStatuses)
+	}
+	if len(s.Status.Conditions) != 1 || s.Status.Conditions[0].Type != corev1.PodReadyToStartContainers {
+		t.Errorf("conditions: %+v", s.Status.Conditions)
+	}
+	if st, _ := judge.SandboxTime(s); !st.Equal(judgetest.T0.Add(-time.Hour)) {
+		t.Errorf("sandbox time on the slim pod: %s", st)
+	}
+	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || controllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
+		t.Errorf("lost data the controller reads: %+v", s)
+	}
+	if p.ManagedFields == nil || p.Spec.Containers == nil {
+		t.Error("the input object was modified")
+	}
+	// Tombstones pass through.
+	if o, _ := slimDefault("x"); o != "x" {
+		t.Error("non-pod not passed through")
+	}
+}
+
+func ptrTime(t metav1.Time) *metav1.Time { return &t }
+
+func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
+	a, _ := slimDefault(judgetest.Pod())
+	b, _ := slimDefault(judgetest.Pod())
+	pa, pb := a.(*corev1.Pod), b.(*corev1.Pod)
+	if reflect.ValueOf(pa.Annotations).UnsafePointer() != reflect.ValueOf(pb.Annotations).UnsafePointer() ||
+		reflect.ValueOf(pa.Labels).UnsafePointer() != reflect.ValueOf(pb.Labels).UnsafePointer() {
+		t.Error("identical markers are not shared")
+	}
+	c, _ := slimDefault(judgetest.Pod(judgetest.WithStatus("complete")))
+	if pc := c.(*corev1.Pod); pc.Annotations[annotations.KeyTransparentProxyStatus] != "complete" || pa.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
+		t.Error("different markers were shared")
+	}
+	// Unique values (mirror hashes, cni-applied-at times) never enter the
+	// table: common marker sets seen after them are still shared.
+	interned.mu.Lock()
+	before := len(interned.m)
+	interned.mu.Unlock()
+	for i := 0; i < 3*maxInterned; i++ {
+		_, _ = slimDefault(judgetest.Pod(judgetest.WithAnnotation(annotations.KeyConfigMirror, time.Duration(i).String())))
+		_, _ = slimDefault(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(time.Duration(i)*time.Second)))
+	}
+	interned.mu.Lock()
+	n := len(interned.m)
+	interned.mu.Unlock()
+	if n > maxInterned || n != before {
+		t.Fatalf("intern table has %d entries, %d before the unique values", n, before)
+	}
+	d, _ := slimDefault(judgetest.Pod(judgetest.WithStatus("waiting")))
+	e, _ := slimDefault(judgetest.Pod(judgetest.WithStatus("waiting")))
+	if reflect.ValueOf(d.(*corev1.Pod).Annotations).UnsafePointer() != reflect.ValueOf(e.(*corev1.Pod).Annotations).UnsafePointer() {
+		t.Error("a common marker set seen after unique ones is not shared")
+	}
+}
+
+// slimDefault is the injected-pod transform with the default init container
+// names.
+func slimDefault(obj interface{}) (interface{}, error) {
+	return slimInjectedPod(obj, judge.DefaultConfig().InitContainerNames)
+}
+
+// Detection gives the same verdict on the slimmed object the informer
+// caches as on the pod itself, for every pod of the detector's matrix.
+func TestDetectionSameOnSlimPods(t *testing.T) {
+	for _, tc := range judgetest.DetectMatrix() {
+		t.Run(tc.Name, func(t *testing.T) {
+			d := tc.Detector()
+			slim, _ := slimDefault(tc.Pod)
+			want, got := d.Detect(tc.Pod, judgetest.T0), d.Detect(slim.(*corev1.Pod), judgetest.T0)
+			if got.Broken != want.Broken || got.Reason != want.Reason || !got.Since.Equal(want.Since) ||
+				!got.RecheckAt.Equal(want.RecheckAt) || got.Ignored != want.Ignored || got.Detail != want.Detail {
+				t.Fatalf("slim pod: %+v, pod: %+v", got, want)
+			}
+		})
+	}
+}
