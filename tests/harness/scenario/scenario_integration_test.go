@@ -308,3 +308,43 @@ func TestNodeRebootControllerOutside(t *testing.T) {
 		}
 	}
 }
+
+// A run whose traffic cannot cross the network (here the slot's router stops
+// forwarding, as a harness that relied on the host's switch found it on a
+// fresh machine) must not pass: no pod's prober is answered by the
+// external service, not even the plain pod's, and the verdict says the
+// bypass path is broken and the race was not shown, instead of reporting
+// "nothing bypassed".
+func TestBrokenBypassPathVoidsTheRun(t *testing.T) {
+	c := cluster.Shared(t)
+	env := scenario.NewEnv(t, c)
+	env.Logf = t.Logf
+	if err := env.UseNodes(t, scenario.NodesFromEnv()); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := env.Range.RouterForwarding(false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Range.RouterForwarding(true); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg := scenario.Config{Mode: scenario.NoRepair, Pods: 1, CNIDelay: time.Second, Observe: 5 * time.Second, DirectChain: true}
+	res, err := scenario.Run(ctx, env, cfg)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	v := strings.Join(scenario.Verdict(cfg.Mode, res), "\n")
+	t.Logf("verdict:\n%s", v)
+	for _, want := range []string{"the bypass path is broken", "the race was not shown", "not one answered connection"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("the verdict does not say %q", want)
+		}
+	}
+	if res.Plain == nil || res.Plain.Errors == 0 {
+		t.Errorf("the plain pod's prober reported no failed connection: %+v (the probe may not have run at all)", res.Plain)
+	}
+}

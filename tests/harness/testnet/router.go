@@ -178,3 +178,22 @@ func HostForwardingOff(tb TB) {
 		})
 	}
 }
+
+// RouterForwarding switches the router's forwarding (both families) on or
+// off: with it off the slot's namespaces reach only their own neighbours,
+// as on a host whose forwarding a harness depended on and found off. Tests
+// use it to prove that a run which cannot see traffic cross says so.
+func (r *Range) RouterForwarding(on bool) error {
+	v := "0"
+	if on {
+		v = "1"
+	}
+	return DoIn(r.routerPath(), func() error {
+		for _, k := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+				return fmt.Errorf("router %s: %w", k, err)
+			}
+		}
+		return nil
+	})
+}
