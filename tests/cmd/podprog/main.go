@@ -23,8 +23,6 @@
 //	        identity it authenticates as, the named files' contents, the
 //	        addresses of the network namespace) to --out.
 //	idle    sleeps until SIGTERM.
-//	install-cni --bin-dir d --net-dir d --plugin path
-//	        stands in for consul-k8s's CNI installer (installcni.go).
 //
 // Run with CNI_COMMAND set, it is instead a chained CNI plugin that records
 // its calls (see cni.go).
@@ -95,8 +93,6 @@ func main() {
 		err = report(ctx, os.Args[2:])
 	case "idle":
 		<-ctx.Done()
-	case "install-cni":
-		err = installCNI(ctx, os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}

@@ -245,6 +245,8 @@ func injectedMeta(labels map[string]string) metav1.ObjectMeta {
 		Annotations: map[string]string{
 			annotations.KeyInjectStatus:           annotations.InjectStatusInjected,
 			annotations.KeyTransparentProxyStatus: annotations.TProxyStatusEnabled,
+			// consul-k8s's plugin fails ADD without it; its webhook writes it.
+			annotations.KeyDualStack: "false",
 		},
 	}
 }

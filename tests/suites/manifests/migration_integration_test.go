@@ -23,45 +23,55 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/consulk8s"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
-// migrationTrials is how often the stand-in of consul-k8s's installer is
-// stopped (its cleanup run) beside ours.
-const migrationTrials = 10
+// migrationTrials is how often consul-k8s's installer is stopped (its
+// cleanup run) beside ours. Each trial but the first waits for a new pod of
+// consul-k8s's to chain its entry, which it does only 100 s after it starts
+// where a plugin binary is installed already (its binary watcher's grace
+// period); the restore gap's percentiles come from the installer's own
+// test (TestMigrationFromConsulK8sInstaller, 50 trials).
+const migrationTrials = 3
 
 // TestMigrationFromConsulK8sOnSimulatedNode follows the switch of docs/install.md
 // from consul-k8s's CNI: our installer DaemonSet and the controller (base
-// overlay) run beside a stand-in of consul-k8s's CNI DaemonSet, which is
-// then stopped with that page's patch; its pod's cleanup removes the
-// entry, the binary and the kubeconfig, and ours restores them. Meanwhile
+// overlay) run beside consul-k8s's CNI DaemonSet running its real
+// install-cni (startConsulK8sCNI), which is then stopped with that page's
+// patch; its pod's cleanup removes the entry, the binary and the
+// kubeconfig, and ours restores them. Meanwhile
 // a loop creates sandboxes for an injected pod through the node's real
 // conflist as fast as it can, and counts those created without consul-cni
-// in their chain. Then the case the controller must handle is forced: the
-// stand-in's cleanup runs while our installer is stopped, an injected pod
+// in their chain. Then the case the controller must handle is forced:
+// consul-k8s's cleanup runs while our installer is stopped, an injected pod
 // of a Deployment gets its sandbox from a chain without the plugin, our
 // installer starts again, and the controller replaces that pod with one
 // whose sandbox has the plugin (status complete).
 func TestMigrationFromConsulK8sOnSimulatedNode(t *testing.T) {
 	requireProjectCommands(t)
+	bins := consulk8s.Unpack(t)
 	c := cluster.Shared(t)
 	a := newApplier(t, c)
 	ctx := context.Background()
 	programs := simnode.ProjectPrograms(t)
+	programs["consul-k8s-control-plane"] = consulK8sProgram(t)
 	node := simnode.StartForTest(t, c, testnet.Reserve(t), func(cfg *simnode.Config) {
 		for k, v := range programs {
 			cfg.Programs[k] = v
 		}
 	})
-	standInRBAC(t, c)
-	startStandIn(t, c, node, testbin.Project(t, cniconf.PluginType))
-	standInReady := func() error {
-		return podsReady(ctx, c, standInNS, "app=consul,component=cni", node.Name(), 1)
+	consulK8sRBAC(t, c)
+	startConsulK8sCNI(t, c, node, bins)
+	consulK8sReady := func() error {
+		if err := podsReady(ctx, c, consulK8sNS, consulK8sSelector, node.Name(), 1); err != nil {
+			return err
+		}
+		return consulK8sChained(node)
 	}
-	poll.Eventually(t, 3*time.Minute, "consul-k8s's CNI stand-in Ready", standInReady)
+	poll.Eventually(t, 3*time.Minute, "consul-k8s's CNI pod Ready and its entry chained", consulK8sReady)
 
 	for _, o := range buildOverlay(t, "base") {
 		if gvkOf(o).Group == monitoringGroup {
@@ -78,7 +88,7 @@ func TestMigrationFromConsulK8sOnSimulatedNode(t *testing.T) {
 	oursReady := func() error {
 		return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+installerName, node.Name(), 1)
 	}
-	poll.Eventually(t, 4*time.Minute, "our installer Ready beside the stand-in", oursReady)
+	poll.Eventually(t, 4*time.Minute, "our installer Ready beside consul-k8s's", oursReady)
 	poll.Eventually(t, 3*time.Minute, "node labelled cni=ready", func() error { return nodeCNIReady(ctx, c.Client, node.Name()) })
 
 	ns := c.Namespace(t)
@@ -87,10 +97,10 @@ func TestMigrationFromConsulK8sOnSimulatedNode(t *testing.T) {
 	var total gapSandboxes
 	for i := 0; i < migrationTrials; i++ {
 		if i > 0 {
-			pauseDaemonSet(t, c, standInNS, standInName, false)
-			poll.Eventually(t, 3*time.Minute, "stand-in Ready again", standInReady)
+			pauseDaemonSet(t, c, consulK8sNS, consulK8sDS, false)
+			poll.Eventually(t, 4*time.Minute, "consul-k8s's CNI pod Ready again and its entry chained", consulK8sReady)
 		}
-		gap, sb := stopStandInDuringSandboxes(t, c, node, probe)
+		gap, sb := stopConsulK8sDuringSandboxes(t, c, node, probe)
 		poll.Eventually(t, 2*time.Minute, "our installer Ready after the cleanup", oursReady)
 		t.Logf("trial %d: restore gap %v; sandboxes: %v", i, gap, sb)
 		gaps = append(gaps, gap)
@@ -109,8 +119,8 @@ func TestMigrationFromConsulK8sOnSimulatedNode(t *testing.T) {
 		t.Errorf("no sandbox was created with consul-cni in its chain during the %d trials: the loop did not run", migrationTrials)
 	}
 	// A sandbox whose chain has the plugin is redirected whatever the
-	// timing: the plugin's kubeconfig has a name of its own, so the
-	// stand-in's cleanup never makes the plugin take the node for
+	// timing: the plugin's kubeconfig has a name of its own, so
+	// consul-k8s's cleanup never makes the plugin take the node for
 	// uninstalled. (Sandboxes created without the plugin in the gap are
 	// the controller's, checked below.)
 	if total.notRedirected != 0 {
@@ -305,12 +315,12 @@ func chainComplete(node *simnode.Node) bool {
 	return true
 }
 
-// stopStandInDuringSandboxes stops the stand-in (step 2 of docs/install.md) while a
+// stopConsulK8sDuringSandboxes stops consul-k8s's DaemonSet (step 2 of docs/install.md) while a
 // loop creates sandboxes for probe as fast as it can and another polls the
 // chain; it returns the gap between the first incomplete and the next
-// complete chain, and the loop's sandboxes, once the stand-in's pod is gone
+// complete chain, and the loop's sandboxes, once consul-k8s's pod is gone
 // and the chain complete again.
-func stopStandInDuringSandboxes(t *testing.T, c *cluster.Cluster, node *simnode.Node, probe *corev1.Pod) (time.Duration, gapSandboxes) {
+func stopConsulK8sDuringSandboxes(t *testing.T, c *cluster.Cluster, node *simnode.Node, probe *corev1.Pod) (time.Duration, gapSandboxes) {
 	t.Helper()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -344,8 +354,8 @@ func stopStandInDuringSandboxes(t *testing.T, c *cluster.Cluster, node *simnode.
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	pauseDaemonSet(t, c, standInNS, standInName, true)
-	poll.Eventually(t, time.Minute, "chain complete after the stand-in's cleanup", func() error {
+	pauseDaemonSet(t, c, consulK8sNS, consulK8sDS, true)
+	poll.Eventually(t, time.Minute, "chain complete after consul-k8s's cleanup", func() error {
 		if !chainComplete(node) {
 			return fmt.Errorf("chain incomplete")
 		}
@@ -363,8 +373,8 @@ func stopStandInDuringSandboxes(t *testing.T, c *cluster.Cluster, node *simnode.
 	return restored.Sub(broke), sb
 }
 
-// bypassReplaced forces the case the controller must handle: the
-// stand-in's cleanup with our installer stopped, an injected pod of a
+// bypassReplaced forces the case the controller must handle: consul-k8s's
+// cleanup with our installer stopped, an injected pod of a
 // Deployment whose sandbox gets a chain without the plugin, then our
 // installer again; the controller evicts that pod and its replacement is
 // meshed.
@@ -372,13 +382,16 @@ func bypassReplaced(t *testing.T, c *cluster.Cluster, node *simnode.Node, ns str
 	t.Helper()
 	ctx := context.Background()
 	pauseDaemonSet(t, c, namespace, installerName, true)
-	pauseDaemonSet(t, c, standInNS, standInName, false)
-	poll.Eventually(t, 3*time.Minute, "stand-in Ready with our installer stopped", func() error {
-		return podsReady(ctx, c, standInNS, "app=consul,component=cni", node.Name(), 1)
+	pauseDaemonSet(t, c, consulK8sNS, consulK8sDS, false)
+	poll.Eventually(t, 4*time.Minute, "consul-k8s's entry chained with our installer stopped", func() error {
+		if err := podsReady(ctx, c, consulK8sNS, consulK8sSelector, node.Name(), 1); err != nil {
+			return err
+		}
+		return consulK8sChained(node)
 	})
-	pauseDaemonSet(t, c, standInNS, standInName, true)
+	pauseDaemonSet(t, c, consulK8sNS, consulK8sDS, true)
 	if plugins, err := node.NetworkPlugins(); err != nil || slices.Contains(plugins, cniconf.PluginType) {
-		t.Fatalf("chain after the stand-in's cleanup with our installer stopped: %v (%v), want no %s", plugins, err, cniconf.PluginType)
+		t.Fatalf("chain after consul-k8s's cleanup with our installer stopped: %v (%v), want no %s", plugins, err, cniconf.PluginType)
 	}
 
 	createInjectedWeb(t, c, ns, node.Name(), 1)
