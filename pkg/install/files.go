@@ -74,6 +74,10 @@ func writeTemp(path string, data []byte, perm fs.FileMode) (string, error) {
 // compare and the swap.
 var beforeCompare, afterCompare func(path string)
 
+// beforeRemoveIfUnchanged, nil outside tests, runs when removeIfUnchanged
+// is called, after its caller read the file.
+var beforeRemoveIfUnchanged func(path string)
+
 // maxRestores bounds how often replaceIfUnchanged puts back content that
 // other writers keep replacing while it restores.
 const maxRestores = 100
@@ -174,6 +178,63 @@ func exchange(a, b string) (swapped bool, err error) {
 		return false, nil
 	}
 	return false, &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
+}
+
+// renameNoReplace renames from to to unless to exists (RENAME_NOREPLACE);
+// renamed is false, with no error, when it does. Where the file system
+// cannot refuse atomically, an existence check precedes the rename.
+func renameNoReplace(from, to string) (renamed bool, err error) {
+	err = unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	switch {
+	case err == nil:
+		syncDir(filepath.Dir(to))
+		return true, nil
+	case errors.Is(err, unix.EEXIST):
+		return false, nil
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
+		if exists(to) {
+			return false, nil
+		}
+		return true, os.Rename(from, to)
+	}
+	return false, &os.LinkError{Op: "rename (no replace)", Old: from, New: to, Err: err}
+}
+
+// removeIfUnchanged removes path only while it holds old: it is renamed
+// aside (atomically), compared, and deleted, or, when another writer
+// replaced it in between, renamed back unless yet another file took its
+// place (then the displaced older content goes), and errConflict is
+// returned. A missing file is not an error.
+func removeIfUnchanged(path string, old []byte) error {
+	if beforeRemoveIfUnchanged != nil {
+		beforeRemoveIfUnchanged(path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	aside := f.Name()
+	f.Close()
+	if err := os.Rename(path, aside); err != nil {
+		os.Remove(aside)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	cur, err := os.ReadFile(aside)
+	if err == nil && bytes.Equal(cur, old) {
+		syncDir(filepath.Dir(path))
+		return os.Remove(aside)
+	}
+	if _, rerr := renameNoReplace(aside, path); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	os.Remove(aside) // still there only when a newer file took the name
+	if err != nil {
+		return err
+	}
+	return errConflict
 }
 
 func syncDir(dir string) {

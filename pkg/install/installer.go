@@ -192,16 +192,23 @@ func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, 
 	// so they wait instead of starting outside the mesh (fail closed), and
 	// the error is reported. The kubeconfig itself must exist before the
 	// entry does: a chain without it is what the plugin takes for an
-	// uninstalled node, through which it lets every pod pass.
+	// uninstalled node, through which it lets every pod pass. The test is
+	// the plugin's own (cniconf.ResolveKubeconfig): only absence holds the
+	// chain back; a kubeconfig that is there but unusable (a directory,
+	// unreadable) makes the plugin fail closed, so the chain goes on and
+	// the error is reported.
 	var credErr error
 	if in.cfg.Client != nil {
 		w, recheck, err := in.writeCredentials(ctx)
 		credErr = err
 		st.Wrote = append(st.Wrote, w...)
 		st.Recheck = recheck
-		kc := filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
-		if fi, err := os.Stat(kc); err != nil || !fi.Mode().IsRegular() {
-			return st, errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig %s is not in place, so the plugin is not chained", kc))
+		_, err = cniconf.ResolveKubeconfig(in.cfg.NetDir, cniconf.KubeconfigFileName)
+		if errors.Is(err, cniconf.ErrNoKubeconfig) {
+			return st, errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig is not in place, so the plugin is not chained: %w", err))
+		}
+		if err != nil {
+			credErr = errors.Join(credErr, fmt.Errorf("the plugin's kubeconfig (the plugin fails ADD closed with it): %w", err))
 		}
 	}
 	st, err = in.ensureChain(ctx, st)
@@ -234,6 +241,9 @@ func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult,
 	return st, errors.Join(errs...)
 }
 
+// writeKubeconfig writes the plugin's kubeconfig; tests make it fail.
+var writeKubeconfig = writeAtomic
+
 // writeCredentials writes the token copy (see token.go for which token
 // wins when another installer runs too) and the kubeconfig when they differ
 // from what is on disk.
@@ -245,7 +255,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 	}
 	kcPath := filepath.Join(in.cfg.NetDir, cniconf.KubeconfigFileName)
 	if cur, err := os.ReadFile(kcPath); err != nil || string(cur) != string(kc) {
-		if err := writeAtomic(kcPath, kc, 0o600); err != nil {
+		if err := writeKubeconfig(kcPath, kc, 0o600); err != nil {
 			return nil, false, fmt.Errorf("writing the plugin's kubeconfig: %w", err)
 		}
 		wrote = append(wrote, "kubeconfig")
@@ -484,6 +494,7 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 		}
 	}
 	rewatch(PassResult{})
+	in.cleanTemps(ctx)
 	pass()
 
 	resync := time.NewTicker(in.cfg.Resync)
@@ -516,8 +527,20 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 		case <-recheck.C:
 			pass()
 		case <-resync.C:
+			in.cleanTemps(ctx)
 			pass()
 		}
+	}
+}
+
+// cleanTemps removes what writers killed mid-write left (temp.go).
+func (in *Installer) cleanTemps(ctx context.Context) {
+	removed, err := in.removeTempFiles(staleTempAge)
+	if len(removed) > 0 {
+		klog.FromContext(ctx).Info("Removed temporary files a killed writer left", "files", removed)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Removing temporary files a killed writer left")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -794,17 +795,34 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	if err := in.VerifyInstalled(); err == nil {
 		t.Fatal("Ready without credentials")
 	}
+	// No kubeconfig at all (it could not be written): not chained.
 	nk := newHostDirs(t)
 	ink := nk.installer(t)
 	writeFiles(t, nk.net, map[string]string{"10-kindnet.conflist": kindnet})
-	if err := os.Mkdir(filepath.Join(nk.net, cniconf.KubeconfigFileName), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeKubeconfig = func(string, []byte, fs.FileMode) error { return errors.New("disk full") }
+	t.Cleanup(func() { writeKubeconfig = writeAtomic })
 	if _, err := ink.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "not chained") {
 		t.Fatalf("err = %v", err)
 	}
+	writeKubeconfig = writeAtomic
 	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), cniconf.PluginType) {
 		t.Fatal("chained without a kubeconfig")
+	}
+	// A kubeconfig that is there but unusable (a directory) is not
+	// absence: the plugin fails ADD closed with it (it never passes pods
+	// through), so the chain is written and the error reported.
+	nd := newHostDirs(t)
+	ind := nd.installer(t)
+	writeFiles(t, nd.net, map[string]string{"10-kindnet.conflist": kindnet})
+	if err := os.Mkdir(filepath.Join(nd.net, cniconf.KubeconfigFileName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ind.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "fails ADD closed") {
+		t.Fatalf("err = %v", err)
+	}
+	assertRuntimeChained(t, nd.net, "ptp", "portmap")
+	if err := ind.VerifyInstalled(); err == nil {
+		t.Fatal("Ready with a directory for a kubeconfig")
 	}
 	// Without the binary nothing is chained: every ADD on the node would
 	// fail, mesh or not.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,11 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 	}
 	// The staged copy goes in any case: no runtime runs it.
 	errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, cniconf.StagedBinaryName), &res))
+	temps, err := in.removeTempFiles(0)
+	errs = append(errs, err)
+	for _, f := range temps {
+		res.Removed = append(res.Removed, filepath.Base(f))
+	}
 	if len(foreign) > 0 {
 		res.KeptBinary = true
 		klog.FromContext(ctx).Info("Keeping the plugin binary: another installer's entry still names it", "files", foreign)
@@ -123,50 +129,128 @@ func (in *Installer) isOurs(raw []byte) bool {
 
 // restoreConverted puts back the single-network files a conversion set
 // aside (and removes the lists made from them), then the lists it had to
-// move away.
+// move away. It never deletes or replaces a list it did not write: a list
+// under the converted name that is not the conversion of the set-aside file
+// (the primary CNI wrote its own since) is kept (unchainAll takes our entry
+// out of it), and the set-aside files of that name are dropped as stale,
+// since the old single-network file sorts first and would shadow it.
+// Restores never replace a file (RENAME_NOREPLACE).
 func (in *Installer) restoreConverted(ctx context.Context, res *UninstallResult) error {
-	log := klog.FromContext(ctx)
 	entries, err := os.ReadDir(in.cfg.NetDir)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	keep := func(err error) { errs = append(errs, err) }
-	for _, pass := range []func(orig string) bool{
-		func(orig string) bool { e := filepath.Ext(orig); return e == ".conf" || e == ".json" },
-		func(orig string) bool { return filepath.Ext(orig) == ".conflist" },
-	} {
-		for _, e := range entries {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), BackupSuffix) {
-				continue
-			}
-			backup := filepath.Join(in.cfg.NetDir, e.Name())
-			orig := strings.TrimSuffix(backup, BackupSuffix)
-			if !pass(orig) || !exists(backup) {
-				continue
-			}
-			res.Removed = append(res.Removed, e.Name())
-			if filepath.Ext(orig) == ".conflist" {
-				if !exists(orig) {
-					keep(os.Rename(backup, orig))
-					log.Info("Restored a configuration list set aside by a conversion", "file", orig)
-				}
-				continue
-			}
-			converted := strings.TrimSuffix(orig, filepath.Ext(orig)) + ".conflist"
-			if exists(orig) {
-				// The primary CNI rewrote its file since: the backup is stale.
-				keep(removeIfExists(backup))
-			} else {
-				keep(os.Rename(backup, orig))
-				log.Info("Restored a converted network configuration", "file", orig)
-			}
-			if b, err := os.ReadFile(converted); err == nil && listHasPlugin(b) {
-				keep(removeIfExists(converted))
-			}
+	stale := map[string]bool{} // lists the primary rewrote since the conversion
+	for _, e := range entries {
+		orig, ok := in.backupOf(e, ".conf", ".json")
+		if !ok {
+			continue
+		}
+		res.Removed = append(res.Removed, e.Name())
+		fresh, err := in.restoreSingle(ctx, orig)
+		errs = append(errs, err)
+		if fresh {
+			stale[strings.TrimSuffix(orig, filepath.Ext(orig))+".conflist"] = true
 		}
 	}
+	for _, e := range entries {
+		orig, ok := in.backupOf(e, ".conflist")
+		if !ok {
+			continue
+		}
+		res.Removed = append(res.Removed, e.Name())
+		errs = append(errs, in.restoreList(ctx, orig, stale[orig]))
+	}
 	return errors.Join(errs...)
+}
+
+// backupOf returns the file a set-aside file e stands for, when e is one
+// and that file has one of the extensions.
+func (in *Installer) backupOf(e fs.DirEntry, exts ...string) (string, bool) {
+	if e.IsDir() || !strings.HasSuffix(e.Name(), BackupSuffix) {
+		return "", false
+	}
+	orig := strings.TrimSuffix(filepath.Join(in.cfg.NetDir, e.Name()), BackupSuffix)
+	return orig, slices.Contains(exts, filepath.Ext(orig)) && exists(orig+BackupSuffix)
+}
+
+// restoreSingle puts back the single-network file orig set aside by a
+// conversion and removes the list made from it. rewritten reports that the
+// list under that name is no longer the conversion (the primary CNI wrote
+// its own): the list stays and the set-aside file, stale, goes.
+func (in *Installer) restoreSingle(ctx context.Context, orig string) (rewritten bool, err error) {
+	log := klog.FromContext(ctx)
+	backup := orig + BackupSuffix
+	converted := strings.TrimSuffix(orig, filepath.Ext(orig)) + ".conflist"
+	old, err := os.ReadFile(backup)
+	if err != nil {
+		return false, err
+	}
+	conv, err := os.ReadFile(converted)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return false, err
+	case !convertedFrom(conv, old):
+		log.Info("Keeping a configuration list written since the conversion; dropping the stale file it replaced", "list", converted, "stale", backup)
+		return true, removeIfExists(backup)
+	default:
+		if err := removeIfUnchanged(converted, conv); errors.Is(err, errConflict) {
+			log.Info("A configuration list changed while being removed; keeping it, dropping the stale file it replaced", "list", converted, "stale", backup)
+			return true, removeIfExists(backup)
+		} else if err != nil {
+			return false, err
+		}
+	}
+	restored, err := renameNoReplace(backup, orig)
+	if err != nil {
+		return false, err
+	}
+	if !restored {
+		// The primary CNI wrote the file again since: the set-aside
+		// copy is stale.
+		return false, removeIfExists(backup)
+	}
+	log.Info("Restored a converted network configuration", "file", orig)
+	return false, nil
+}
+
+// restoreList puts back a list a conversion moved out of the way, unless a
+// file took its name since; stale drops it (the primary wrote a newer list
+// under that name).
+func (in *Installer) restoreList(ctx context.Context, orig string, stale bool) error {
+	backup := orig + BackupSuffix
+	if stale {
+		klog.FromContext(ctx).Info("Dropping a configuration list set aside by a conversion: the primary CNI wrote a newer one", "stale", backup, "list", orig)
+		return removeIfExists(backup)
+	}
+	restored, err := renameNoReplace(backup, orig)
+	if err == nil && restored {
+		klog.FromContext(ctx).Info("Restored a configuration list set aside by a conversion", "file", orig)
+	}
+	return err
+}
+
+// convertedFrom reports whether list is what converting single made of it
+// (ConvertSingle), consul-cni entries aside.
+func convertedFrom(list, single []byte) bool {
+	want, err := ConvertSingle(single, []byte(`{"type":"`+cniconf.PluginType+`"}`))
+	if err != nil {
+		return false
+	}
+	norm := func(b []byte) ([]byte, bool) {
+		l, err := decodeList(b)
+		if err != nil {
+			return nil, false
+		}
+		l.withoutPlugin()
+		out, err := l.encode()
+		return out, err == nil
+	}
+	a, okA := norm(list)
+	b, okB := norm(want)
+	return okA && okB && sameJSON(a, b)
 }
 
 // unchainAll removes the installer's entries from every configuration list
@@ -264,7 +348,7 @@ func (in *Installer) entriesLeft() (ours, foreign []string, err error) {
 // Leftovers lists what of the installer's is still on the node: its entries
 // in configuration lists and plugin directories, set-aside files, the
 // kubeconfig (also one under the earlier name when it is ours), the token,
-// the owner file, the staged binary, and the binary unless another installer's entry
+// the owner file, temporary files a killed writer left, the staged binary, and the binary unless another installer's entry
 // names it. Empty means the node is clean (the uninstall mode's readiness).
 func (in *Installer) Leftovers() ([]string, error) {
 	var left []string
@@ -305,6 +389,13 @@ func (in *Installer) Leftovers() ([]string, error) {
 		}
 	}
 	left = append(left, in.ownNetFiles()...)
+	temps, err := in.tempFiles(0)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range temps {
+		left = append(left, filepath.Base(f))
+	}
 	if exists(filepath.Join(in.cfg.BinDir, cniconf.StagedBinaryName)) {
 		left = append(left, cniconf.StagedBinaryName)
 	}

@@ -3,6 +3,7 @@ package install
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,5 +198,97 @@ func TestKeepUninstalled(t *testing.T) {
 	}
 	if left, _ := in.Leftovers(); len(left) != 0 {
 		t.Fatalf("left after the next pass: %v", left)
+	}
+}
+
+// The case: the installer converted 05-x.conf into 05-x.conflist,
+// then the primary CNI wrote its own 05-x.conflist (which the installer
+// chained). Uninstall must keep the primary's list (only our entry leaves
+// it) and must not restore the stale .conf, which sorts first and would
+// shadow it.
+func TestUninstallKeepsAListThePrimaryWroteAfterTheConversion(t *testing.T) {
+	n := newHostDirs(t)
+	writeFiles(t, n.net, map[string]string{"05-x.conf": flannelConf})
+	in := n.installer(t)
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	list := filepath.Join(n.net, "05-x.conflist")
+	foreignWrite(t, list, []byte(ptpList))
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertRuntimeChained(t, n.net, "ptp")
+	if _, err := in.Uninstall(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(list)
+	if err != nil {
+		t.Fatalf("the primary's list was deleted: %v", err)
+	}
+	if listHasPlugin(b) || !sameJSON(b, []byte(ptpList)) {
+		t.Fatalf("the primary's list after uninstall:\n%s", b)
+	}
+	files := keys(snapshot(t, n.net))
+	if strings.Join(files, ",") != "05-x.conflist" {
+		t.Fatalf("files after uninstall: %v (the stale .conf must not come back)", files)
+	}
+	if left, err := in.Leftovers(); err != nil || len(left) != 0 {
+		t.Fatalf("leftovers %v %v", left, err)
+	}
+}
+
+// The conversion's own list goes and the .conf comes back; but when the
+// primary replaces the list just before it is removed, its list stays and
+// the stale .conf does not come back.
+func TestUninstallRestoresAConversionUnlessTheListChangesMeanwhile(t *testing.T) {
+	for _, race := range []bool{false, true} {
+		t.Run(fmt.Sprintf("race=%v", race), func(t *testing.T) {
+			n := newHostDirs(t)
+			writeFiles(t, n.net, map[string]string{"05-x.conf": flannelConf})
+			in := n.installer(t)
+			if _, err := in.Reconcile(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			list := filepath.Join(n.net, "05-x.conflist")
+			if race {
+				setHook(t, &beforeRemoveIfUnchanged, func(path string) {
+					if path == list {
+						foreignWrite(t, path, []byte(ptpList))
+					}
+				})
+			}
+			if _, err := in.Uninstall(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			files := strings.Join(keys(snapshot(t, n.net)), ",")
+			if !race {
+				if files != "05-x.conf" {
+					t.Fatalf("files %s, want the restored 05-x.conf alone", files)
+				}
+				return
+			}
+			b, _ := os.ReadFile(list)
+			if files != "05-x.conflist" || !sameJSON(b, []byte(ptpList)) {
+				t.Fatalf("files %s, list %s: want the primary's list alone", files, b)
+			}
+		})
+	}
+}
+
+// A restore never replaces a file the primary wrote meanwhile.
+func TestRenameNoReplace(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a": "a", "b": "b"})
+	ok, err := renameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+	if err != nil || ok {
+		t.Fatalf("renamed over an existing file: %v %v", ok, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "b")); string(b) != "b" {
+		t.Fatalf("b = %q", b)
+	}
+	ok, err = renameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "c"))
+	if err != nil || !ok || exists(filepath.Join(dir, "a")) {
+		t.Fatalf("rename to a free name: %v %v", ok, err)
 	}
 }

@@ -84,8 +84,11 @@ type Config struct {
 	logOff          bool
 }
 
-// SupportedVersions are the CNI spec versions the plugin implements.
-var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+// SupportedVersions are the CNI spec versions the plugin implements: every
+// version, as consul-k8s's plugin (version.All), so chaining into a
+// network of any version never makes its ADD and DEL fail. The prevResult
+// is handed on in the network's version; STATUS and GC exist from 1.1.0.
+var SupportedVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
 // VersionInfo is what the plugin answers to VERSION.
 var VersionInfo = version.PluginSupports(SupportedVersions...)

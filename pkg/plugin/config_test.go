@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	cniversion "github.com/containernetworking/cni/pkg/version"
+
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
@@ -42,7 +44,7 @@ func TestParseConfigErrorsNameKeyAndValue(t *testing.T) {
 	}{
 		{"not json", `{"cniVersion":`, []string{"not valid JSON"}},
 		{"no version", `{"name":"n","type":"consul-cni"}`, []string{`"cniVersion"`, "required"}},
-		{"old version", `{"cniVersion":"0.2.0","name":"n"}`, []string{`"cniVersion"`, `"0.2.0"`, "not supported"}},
+		{"unknown version", `{"cniVersion":"0.9.0","name":"n"}`, []string{`"cniVersion"`, `"0.9.0"`, "not supported"}},
 		{"api timeout", conflistEntry("1.0.0", `,"api_timeout":"soon"`), []string{`"api_timeout"`, `"soon"`}},
 		{"negative timeout", conflistEntry("1.0.0", `,"api_timeout":"-1s"`), []string{`"api_timeout"`, `"-1s"`}},
 		{"huge timeout", conflistEntry("1.0.0", `,"iptables_timeout":"1h"`), []string{`"iptables_timeout"`, `"1h"`}},
@@ -121,13 +123,38 @@ func TestResolveKubeconfig(t *testing.T) {
 			touch(t, filepath.Join(d, "other-1"), 0)
 		}, ""},
 		{"nothing", func(t *testing.T, d string) {}, ""},
+		{"symbolic link to a file", func(t *testing.T, d string) {
+			touch(t, filepath.Join(d, "real"), 0)
+			os.Symlink("real", filepath.Join(d, "kc"))
+		}, "kc"},
+		// Something is there but cannot be used: not absence, so not
+		// ErrNoKubeconfig (the plugin fails closed instead of passing
+		// pods through).
+		{"stable is a directory, nothing else", func(t *testing.T, d string) {
+			os.Mkdir(filepath.Join(d, "kc"), 0o755)
+		}, "!"},
+		{"symbolic link loop", func(t *testing.T, d string) {
+			os.Symlink("kc", filepath.Join(d, "kc"))
+		}, "!"},
+		{"dangling symbolic link", func(t *testing.T, d string) {
+			os.Symlink("gone", filepath.Join(d, "kc"))
+		}, "!"},
+		{"versioned directory only", func(t *testing.T, d string) {
+			os.Mkdir(filepath.Join(d, "kc-1"), 0o755)
+		}, "!"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tc.setup(t, dir)
 			got, err := ResolveKubeconfig(dir, "kc")
+			if tc.want == "!" {
+				if err == nil || errors.Is(err, ErrNoKubeconfig) || !strings.Contains(err.Error(), "cannot be used") {
+					t.Fatalf("got %q, %v; want an error that is not ErrNoKubeconfig", got, err)
+				}
+				return
+			}
 			if tc.want == "" {
-				if err == nil || !strings.Contains(err.Error(), "no kubeconfig found") {
+				if !errors.Is(err, ErrNoKubeconfig) || !strings.Contains(err.Error(), "no kubeconfig found") {
 					t.Fatalf("got %q, %v", got, err)
 				}
 				return
@@ -209,6 +236,25 @@ func TestConfigAcceptsSharedLogLevels(t *testing.T) {
 		c.CNIVersion, c.LogLevel = "1.0.0", l
 		if err := c.validate(); err != nil {
 			t.Errorf("log_level %q: %v", l, err)
+		}
+	}
+}
+
+// The plugin answers VERSION with every version consul-k8s's plugin
+// accepts (version.All): the runtime refuses to call a plugin for a network
+// whose version it does not list, so chaining into a 0.1.0 or 0.2.0
+// network would otherwise fail every ADD and DEL of the node.
+func TestSupportsEveryCNIVersion(t *testing.T) {
+	have := map[string]bool{}
+	for _, v := range VersionInfo.SupportedVersions() {
+		have[v] = true
+	}
+	for _, v := range cniversion.All.SupportedVersions() {
+		if !have[v] {
+			t.Errorf("CNI version %s not supported", v)
+		}
+		if _, err := parseConfig([]byte(conflistEntry(v, ""))); err != nil {
+			t.Errorf("CNI version %s: %v", v, err)
 		}
 	}
 }

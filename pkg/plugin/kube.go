@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,63 +14,29 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 )
 
-// ErrNoKubeconfig means the configured kubeconfig does not exist at all (in
-// neither form): the installer removed it with the plugin (uninstall), or
-// someone removed it by hand.
-var ErrNoKubeconfig = errors.New("no kubeconfig found")
+// ErrNoKubeconfig means the configured kubeconfig does not exist at all
+// (cniconf.ResolveKubeconfig): the installer removed it with the plugin
+// (uninstall), or someone removed it by hand.
+var ErrNoKubeconfig = cniconf.ErrNoKubeconfig
 
-// ResolveKubeconfig returns the kubeconfig file to use, as consul-k8s's
-// plugin does: dir/name when it is a regular file, otherwise the most
-// recently modified regular file dir/name-* (installers that version the
-// file write a new one and remove the old). An absolute name is used as it
-// is. A consul-k8s name (ZZZ-consul-cni-kubeconfig, possibly with a suffix)
-// that resolves to nothing falls back to the kubeconfig this project's
-// installer writes in dir, when it is there: our installer serves the
-// entry consul-k8s's installer appends before that installer has written
-// its kubeconfig, and the attachments of consul-k8s's
-// NetworkAttachmentDefinition, which names its kubeconfig by the bare name.
+// ResolveKubeconfig is cniconf.ResolveKubeconfig (the rule the installer
+// also checks before it chains the plugin: only absence is
+// ErrNoKubeconfig), with one addition: a consul-k8s name
+// (ZZZ-consul-cni-kubeconfig, possibly with a suffix) that resolves to
+// nothing falls back to the kubeconfig this project's installer writes in
+// dir, when it is there: our installer serves the entry consul-k8s's
+// installer appends before that installer has written its kubeconfig, and
+// the attachments of consul-k8s's NetworkAttachmentDefinition, which names
+// its kubeconfig by the bare name. Ours there but unusable fails closed.
 func ResolveKubeconfig(dir, name string) (string, error) {
-	path, err := resolveKubeconfig(dir, name)
+	path, err := cniconf.ResolveKubeconfig(dir, name)
 	if errors.Is(err, ErrNoKubeconfig) && !filepath.IsAbs(name) && strings.HasPrefix(name, cniconf.ConsulK8sKubeconfigFileName) {
-		ours := filepath.Join(dir, cniconf.KubeconfigFileName)
-		if st, serr := os.Stat(ours); serr == nil && st.Mode().IsRegular() {
-			return ours, nil
+		ours, oerr := cniconf.ResolveKubeconfig(dir, cniconf.KubeconfigFileName)
+		if !errors.Is(oerr, ErrNoKubeconfig) {
+			return ours, oerr
 		}
 	}
 	return path, err
-}
-
-func resolveKubeconfig(dir, name string) (string, error) {
-	if name == "" {
-		return "", errors.New("no kubeconfig is configured (key \"kubeconfig\" of the consul-cni entry in the conflist)")
-	}
-	path := name
-	if !filepath.IsAbs(name) {
-		path = filepath.Join(dir, name)
-	}
-	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
-		return path, nil
-	}
-	matches, _ := filepath.Glob(globEscape(path) + "-*")
-	best, bestTime := "", time.Time{}
-	for _, m := range matches {
-		st, err := os.Stat(m)
-		if err != nil || !st.Mode().IsRegular() {
-			continue
-		}
-		if best == "" || st.ModTime().After(bestTime) || (st.ModTime().Equal(bestTime) && m > best) {
-			best, bestTime = m, st.ModTime()
-		}
-	}
-	if best == "" {
-		return "", fmt.Errorf("%w: neither %s nor %s-* exists (the consul-cni installer writes it)", ErrNoKubeconfig, path, path)
-	}
-	return best, nil
-}
-
-func globEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	return r.Replace(s)
 }
 
 // NewKubeClient builds the API client from the configured kubeconfig. A

@@ -48,6 +48,8 @@ type Plugin struct {
 	Stdout, Stderr io.Writer
 	// RetryBase is the first back-off between API retries.
 	RetryBase time.Duration
+	// LookTool finds an iptables tool for STATUS (nil: redirect.LookTool).
+	LookTool func(name string) (string, error)
 }
 
 // New returns the plugin wired to the real Kubernetes API and iptables.
@@ -325,7 +327,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 // Status implements CNI STATUS (spec 1.1.0). It fails only when ADD would
 // fail for every pod for a reason the node's operator must fix on the node:
-// the iptables tools are missing (iptables backend). A problem with the plugin's credentials
+// the IPv4 iptables tools are missing (iptables backend). Missing IPv6
+// tools fail only dual-stack pods, so they are logged, not reported: a
+// node without ip6tables keeps starting every single-stack pod. A problem with the plugin's credentials
 // or the API is logged and left to ADD (which fails closed for injected
 // pods) and to the installer's readiness: a runtime that sees STATUS fail
 // reports the node's network as not ready, and the node lifecycle
@@ -339,8 +343,11 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	defer closeLog()
 	// The nftables backend speaks netlink and needs no tool.
 	if !conf.nftables() {
-		if missing := missingTools(conf); missing != nil {
+		if missing := p.missingTools(conf, redirect.IPv4); missing != nil {
 			return types.NewError(types.ErrPluginNotAvailable, "consul-cni: iptables tools are missing on the node", fmt.Sprint(missing))
+		}
+		if missing := p.missingTools(conf, redirect.IPv4, redirect.IPv6); missing != nil {
+			log.Warn("the IPv6 iptables tools are missing: ADD fails for dual-stack pods until they are installed", "missing", missing)
 		}
 	}
 	if conf.Kubeconfig != "" {
@@ -351,9 +358,13 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	return nil
 }
 
-// missingTools returns the iptables tools missing for every usable backend,
-// nil when one backend has them all.
-func missingTools(conf *Config) []string {
+// missingTools returns the iptables tools of the families missing for
+// every usable backend, nil when one backend has them all.
+func (p *Plugin) missingTools(conf *Config, families ...redirect.Family) []string {
+	look := p.LookTool
+	if look == nil {
+		look = redirect.LookTool
+	}
 	backends := []redirect.Backend{conf.iptablesVariant}
 	if conf.autoVariant {
 		backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy, redirect.BackendDefault}
@@ -361,9 +372,9 @@ func missingTools(conf *Config) []string {
 	var missing []string
 	for _, b := range backends {
 		ok := true
-		for _, f := range redirect.Families {
+		for _, f := range families {
 			for _, verb := range []string{"save", "restore"} {
-				if _, err := redirect.LookTool(b.Command(f, verb)); err != nil {
+				if _, err := look(b.Command(f, verb)); err != nil {
 					ok = false
 					missing = append(missing, b.Command(f, verb))
 				}

@@ -42,7 +42,10 @@ const upstreamDefault = `{"ConsulDNSIP":"127.0.0.1","ConsulDNSPort":8600,"ProxyU
 func conflistEntry(version, extra string) string {
 	prev := `{"cniVersion":"` + version + `","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
 		`"ips":[{"address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0}],"dns":{}}`
-	if !strings.HasPrefix(version, "1.") {
+	switch {
+	case version == "0.1.0" || version == "0.2.0":
+		prev = `{"cniVersion":"` + version + `","ip4":{"ip":"10.0.0.2/24","gateway":"10.0.0.1"},"dns":{}}`
+	case !strings.HasPrefix(version, "1."):
 		prev = `{"cniVersion":"` + version + `","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
 			`"ips":[{"version":"4","address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0}],"dns":{}}`
 	}
@@ -595,7 +598,7 @@ func TestDel(t *testing.T) {
 func TestStatusAndGC(t *testing.T) {
 	e := newEnv(t, injectedPod("web", nil))
 	e.p.NewClient = NewKubeClient
-	toolsOK := missingTools(&Config{autoVariant: true}) == nil
+	toolsOK := e.p.missingTools(&Config{autoVariant: true}, redirect.IPv4) == nil
 	status := func(stdin string) {
 		t.Helper()
 		err := e.p.Status(args(stdin, ""))
@@ -645,6 +648,39 @@ func TestStatusAndGC(t *testing.T) {
 	}
 	if err := e.p.Status(args(`{"cniVersion":"1.1.0","name":"n","type":"consul-cni","iptables_timeout":"x"}`, "")); err == nil {
 		t.Fatal("status with an invalid configuration passed")
+	}
+}
+
+// STATUS fails only when ADD would fail for every pod: without the IPv4
+// iptables tools. A node without the IPv6 tools starts every single-stack
+// pod, so it stays ready (the dual-stack pods' ADD fails, and says why).
+func TestStatusWithoutIPv6Tools(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		missing string // the family prefix whose tools are missing
+		fails   bool
+	}{
+		{"all tools", "", false},
+		{"no ip6tables", "ip6tables", false},
+		{"no iptables", "iptables", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.p.LookTool = func(name string) (string, error) {
+				if tc.missing != "" && strings.HasPrefix(name, tc.missing+"-") {
+					return "", errors.New("not found")
+				}
+				return "/usr/sbin/" + name, nil
+			}
+			err := e.p.Status(args(`{"cniVersion":"1.1.0","name":"n","type":"consul-cni"}`, ""))
+			var te *types.Error
+			if tc.fails != (err != nil) || tc.fails && (!errors.As(err, &te) || te.Code != types.ErrPluginNotAvailable) {
+				t.Fatalf("STATUS: %v, want failure %v", err, tc.fails)
+			}
+			if tc.missing == "ip6tables" && !strings.Contains(e.stderr.String(), "dual-stack") {
+				t.Errorf("missing IPv6 tools not logged: %s", e.stderr)
+			}
+		})
 	}
 }
 
@@ -770,6 +806,29 @@ func TestAddCredentialsGoneVersusRefused(t *testing.T) {
 	}
 	if e.tables() != emptyTables || !strings.Contains(e.stdout.String(), "10.0.0.2/24") || !strings.Contains(e.stderr.String(), "uninstalled") {
 		t.Fatalf("not passed through: stdout %s log %s", e.stdout, e.stderr)
+	}
+	// Only absence passes pods through: a kubeconfig that is there but
+	// cannot be used (a directory, a symbolic link loop) fails ADD closed.
+	for name, make := range map[string]func(string) error{
+		"directory": func(p string) error { return os.Mkdir(p, 0o755) },
+		"link loop": func(p string) error { return os.Symlink(filepath.Base(p), p) },
+	} {
+		kc := filepath.Join(dir, cniconf.ConsulK8sKubeconfigFileName)
+		if err := make(kc); err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, injectedPod("web", nil))
+		e.p.NewClient = NewKubeClient
+		err := e.p.Add(args(stdin, podArgs("web")))
+		if err == nil || errors.Is(err, ErrNoKubeconfig) || !strings.Contains(err.Error(), "cannot be used") {
+			t.Fatalf("kubeconfig is a %s: ADD %v, want it failed closed", name, err)
+		}
+		if e.tables() != emptyTables || e.stdout.Len() != 0 {
+			t.Fatalf("kubeconfig is a %s: ADD failed but left rules or a result", name)
+		}
+		if err := os.Remove(kc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, code := range []int{401, 403} {
 		e := newEnv(t, injectedPod("web", nil))
