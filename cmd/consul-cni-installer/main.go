@@ -333,6 +333,11 @@ func runInstaller(ctx context.Context, o *options) error {
 	}
 	cfg.PodAlive = podAlive(client)
 	cfg.PodGone = podGone(client)
+	if ns, pod, ok := install.PodOf(src); ok {
+		cfg.Decide = install.APIDecider(client, ns, pod)
+	} else {
+		logger.Info("Not running in a pod (no pod-bound token): on SIGTERM the installation stays in place")
+	}
 	if o.MetricsAddr != "" {
 		m, addr, stop, err := serveMetrics(ctx, o.MetricsAddr)
 		if err != nil {

@@ -164,7 +164,7 @@ func TestDaemonSetArguments(t *testing.T) {
 
 // keysWithoutFlag are the keys of install.Config no flag sets: the command
 // fills them itself (Version is the build's stamped version).
-var keysWithoutFlag = map[string]bool{"Client": true, "Debounce": true, "PodAlive": true, "PodGone": true, "Recheck": true, "Metrics": true, "Version": true}
+var keysWithoutFlag = map[string]bool{"Client": true, "Debounce": true, "PodAlive": true, "PodGone": true, "Recheck": true, "Metrics": true, "Version": true, "Decide": true}
 
 func TestEveryConfigKeyHasAFlag(t *testing.T) {
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)

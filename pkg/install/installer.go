@@ -76,6 +76,10 @@ type Config struct {
 	// Version is this installer's version (default version.Version): an
 	// installer never overwrites what a newer one installed (owner.go).
 	Version string
+	// Decide, when set, is asked on cancellation whether the node keeps an
+	// installer (leave.go); Run then also keeps the state file's
+	// heartbeat. Nil: cancellation leaves everything in place.
+	Decide Decider
 }
 
 // Installer keeps consul-cni installed and chained.
@@ -451,7 +455,9 @@ func freeName(path string) string {
 // Run keeps the plugin installed and chained until ctx is cancelled. It
 // makes a pass at once, after every change in the watched directories
 // (debounced) and every Resync. ready, when not nil, receives the outcome of
-// each pass. Cancellation (SIGTERM) leaves everything in place.
+// each pass. On cancellation (SIGTERM) it decides with Config.Decide
+// whether the node keeps an installer, and removes everything when it does
+// not (leave.go); without Decide everything stays in place.
 func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) error {
 	log := klog.FromContext(ctx)
 	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {
@@ -496,22 +502,35 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 	rewatch(PassResult{})
 	in.cleanTemps(ctx)
 	pass()
+	return in.serve(ctx, fw, recheck, pass)
+}
 
+// serve runs Run's passes: after file events (debounced), rechecks,
+// resyncs, and the heartbeat, until ctx is cancelled (then stop).
+func (in *Installer) serve(ctx context.Context, fw *fsnotify.Watcher, recheck *time.Timer, pass func()) error {
+	log := klog.FromContext(ctx)
 	resync := time.NewTicker(in.cfg.Resync)
 	defer resync.Stop()
+	var beat <-chan time.Time
+	if in.cfg.Decide != nil {
+		in.heartbeat(ctx)
+		t := time.NewTicker(cniconf.HeartbeatInterval)
+		defer t.Stop()
+		beat = t.C
+	}
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	var due time.Time // when the pending debounced pass runs; zero when none
 	for {
 		select {
 		case <-ctx.Done():
-			log.Info("Stopping; the installation stays in place (only uninstall removes it)")
+			in.stop(ctx)
 			return nil
 		case ev, ok := <-fw.Events:
 			if !ok {
 				return errors.New("file watcher closed")
 			}
-			if isOwnTemp(ev.Name) || filepath.Base(ev.Name) == cniconf.StagedBinaryName {
+			if base := filepath.Base(ev.Name); isOwnTemp(ev.Name) || base == cniconf.StagedBinaryName || base == cniconf.StateFileName {
 				continue
 			}
 			log.V(4).Info("File event", "event", ev.String())
@@ -529,6 +548,8 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 		case <-resync.C:
 			in.cleanTemps(ctx)
 			pass()
+		case <-beat:
+			in.heartbeat(ctx)
 		}
 	}
 }

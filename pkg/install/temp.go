@@ -37,7 +37,14 @@ var tempName = regexp.MustCompile(`^\.(.+)\.[0-9]+\.tmp$`)
 // files.
 func ownTarget(target string, bin bool) bool {
 	if bin {
-		return target == cniconf.PluginType || "."+target == cniconf.StagedBinaryName
+		// copyBinary drops the leading dot of the staged copy's name,
+		// writeTemp keeps it.
+		for _, f := range []string{cniconf.StagedBinaryName, cniconf.StateFileName} {
+			if target == f || "."+target == f {
+				return true
+			}
+		}
+		return target == cniconf.PluginType
 	}
 	switch target {
 	case cniconf.KubeconfigFileName, cniconf.LegacyKubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName:

@@ -67,8 +67,10 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 	for _, f := range in.ownNetFiles() {
 		errs = append(errs, in.remove(filepath.Join(in.cfg.NetDir, f), &res))
 	}
-	// The staged copy goes in any case: no runtime runs it.
+	// The staged copy and the state file go in any case: no runtime runs
+	// them.
 	errs = append(errs, in.remove(filepath.Join(in.cfg.BinDir, cniconf.StagedBinaryName), &res))
+	errs = append(errs, in.remove(in.statePath(), &res))
 	temps, err := in.removeTempFiles(0)
 	errs = append(errs, err)
 	for _, f := range temps {
@@ -396,8 +398,10 @@ func (in *Installer) Leftovers() ([]string, error) {
 	for _, f := range temps {
 		left = append(left, filepath.Base(f))
 	}
-	if exists(filepath.Join(in.cfg.BinDir, cniconf.StagedBinaryName)) {
-		left = append(left, cniconf.StagedBinaryName)
+	for _, f := range []string{cniconf.StagedBinaryName, cniconf.StateFileName} {
+		if exists(filepath.Join(in.cfg.BinDir, f)) {
+			left = append(left, f)
+		}
 	}
 	if exists(filepath.Join(in.cfg.BinDir, cniconf.PluginType)) {
 		_, foreign, err := in.entriesLeft()

@@ -22,6 +22,7 @@ const (
 	DefaultAPITimeout      = 30 * time.Second
 	DefaultIptablesTimeout = 30 * time.Second
 	DefaultCNINetDir       = "/etc/cni/net.d"
+	DefaultCNIBinDir       = "/opt/cni/bin"
 	DefaultStateDir        = "/var/run/consul-cni"
 	// BackendCacheTTL is how long a detected iptables backend is reused.
 	BackendCacheTTL = 10 * time.Minute
@@ -211,6 +212,15 @@ func duration(key, s string, def time.Duration) (time.Duration, error) {
 		return 0, &ConfigError{key, s, "is not a duration between 0 and 10m (for example \"30s\")"}
 	}
 	return d, nil
+}
+
+// binDir is the host's CNI bin directory (cni_bin_dir), where the
+// installer keeps its state file.
+func (c *Config) binDir() string {
+	if c.CNIBinDir == "" {
+		return DefaultCNIBinDir
+	}
+	return c.CNIBinDir
 }
 
 // netDir is the directory the kubeconfig name is relative to.

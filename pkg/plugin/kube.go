@@ -54,6 +54,13 @@ func NewKubeClient(conf *Config) (PodClient, string, error) {
 	return c, path, nil
 }
 
+// refused reports whether the API refused the plugin's credentials (401,
+// 403).
+func refused(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Code == http.StatusUnauthorized || ae.Code == http.StatusForbidden)
+}
+
 // retriable reports whether an API error may go away on its own.
 func retriable(err error) bool {
 	if err == nil {

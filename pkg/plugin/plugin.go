@@ -186,7 +186,10 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	}
 	tg.client = client
 	pod, n, err := getPod(ctx, client, a.PodNamespace, a.PodName, p.RetryBase)
-	if err != nil {
+	if left, err := productLeft(conf, err, log); left {
+		tg.skip = true
+		return tg, nil
+	} else if err != nil {
 		return nil, fmt.Errorf("consul-cni: %s: reading the pod from the Kubernetes API (kubeconfig %s) failed after %d attempt(s): %w",
 			tg.what, path, n, apiHint(ctx, err, conf))
 	}
@@ -222,6 +225,22 @@ func (p *Plugin) resolve(ctx context.Context, conf *Config, args *skel.CmdArgs, 
 	}
 	tg.cfg = cfg
 	return tg, nil
+}
+
+// productLeft reports whether the API error err is a refusal of the
+// plugin's credentials on a node the product left (cniconf.ProductLeft):
+// the pod is then passed through. Otherwise err is returned, a refusal
+// with what was found.
+func productLeft(conf *Config, err error, log *slog.Logger) (bool, error) {
+	if err == nil || !refused(err) {
+		return false, err
+	}
+	left, why := cniconf.ProductLeft(conf.binDir(), time.Now())
+	if left {
+		log.Warn("consul-cni's credentials are refused and the product has left this node; not redirecting", "why", why, "error", err.Error())
+		return true, nil
+	}
+	return false, fmt.Errorf("%w; not taken for a node the product left: %s", err, why)
 }
 
 func apiHint(ctx context.Context, err error, conf *Config) error {

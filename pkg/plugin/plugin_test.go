@@ -830,6 +830,7 @@ func TestAddCredentialsGoneVersusRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	bin := t.TempDir() // no installer state file: refused credentials fail closed
 	for _, code := range []int{401, 403} {
 		e := newEnv(t, injectedPod("web", nil))
 		n := 0
@@ -840,12 +841,77 @@ func TestAddCredentialsGoneVersusRefused(t *testing.T) {
 			}
 			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web", errors.New("RBAC"))
 		})
-		err := e.p.Add(args(conflistEntry("1.0.0", ""), podArgs("web")))
-		if err == nil || !strings.Contains(err.Error(), "credentials were refused") || n != 1 {
+		err := e.p.Add(args(withBinDir(conflistEntry("1.0.0", ""), bin), podArgs("web")))
+		if err == nil || !strings.Contains(err.Error(), "credentials were refused") || !strings.Contains(err.Error(), "no installer state file") || n != 1 {
 			t.Fatalf("%d: err %v after %d attempts", code, err, n)
 		}
 		if e.tables() != emptyTables || e.stdout.Len() != 0 {
 			t.Fatalf("%d: ADD failed but left rules or a result", code)
 		}
+	}
+}
+
+func withBinDir(stdin, dir string) string {
+	return strings.Replace(stdin, `"cni_bin_dir":"/opt/cni/bin"`, `"cni_bin_dir":"`+dir+`"`, 1)
+}
+
+// Credentials that stay refused pass pods through only on a node the
+// product left (cniconf.ProductLeft): no installer heartbeat for LeftAfter
+// and no successor expected. A running installer, one being replaced, and
+// any error other than a refusal keep ADD failing closed.
+func TestAddRefusedCredentialsOnANodeTheProductLeft(t *testing.T) {
+	now := time.Now()
+	future, past := now.Add(time.Minute), now.Add(-time.Minute)
+	for _, tc := range []struct {
+		name      string
+		state     *cniconf.InstallerState // nil: no state file
+		beat      time.Duration           // age of the last heartbeat
+		code      int
+		passes    bool
+		wantInErr string
+	}{
+		{"no state file", nil, 0, 401, false, "no installer state file"},
+		{"installer running", &cniconf.InstallerState{}, time.Second, 401, false, "ago"},
+		{"installer silent for LeftAfter", &cniconf.InstallerState{Reason: "own credentials refused"}, cniconf.LeftAfter + time.Second, 401, true, ""},
+		{"installer silent, RBAC gone", &cniconf.InstallerState{}, cniconf.LeftAfter + time.Second, 403, true, ""},
+		{"installer being replaced", &cniconf.InstallerState{SuccessorExpectedUntil: &future, Reason: "rolling update"}, time.Hour, 401, false, "successor is expected"},
+		{"successor never came", &cniconf.InstallerState{SuccessorExpectedUntil: &past}, time.Hour, 401, true, ""},
+		{"API unavailable, not refused", &cniconf.InstallerState{}, time.Hour, 503, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := t.TempDir()
+			if tc.state != nil {
+				b, _ := json.Marshal(tc.state)
+				path := filepath.Join(bin, cniconf.StateFileName)
+				if err := os.WriteFile(path, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				beat := now.Add(-tc.beat)
+				if err := os.Chtimes(path, beat, beat); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e := newEnv(t, injectedPod("web", nil))
+			e.client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				switch tc.code {
+				case 401:
+					return true, nil, apierrors.NewUnauthorized("pod-bound token of a deleted pod")
+				case 403:
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web", errors.New("RBAC"))
+				}
+				return true, nil, apierrors.NewServiceUnavailable("down")
+			})
+			err := e.p.Add(args(withBinDir(conflistEntry("1.0.0", ""), bin), podArgs("web")))
+			if tc.passes {
+				if err != nil || e.tables() != emptyTables || !strings.Contains(e.stdout.String(), "10.0.0.2/24") ||
+					!strings.Contains(e.stderr.String(), "the product has left this node") {
+					t.Fatalf("want passed through: err %v stdout %s log %s", err, e.stdout, e.stderr)
+				}
+				return
+			}
+			if err == nil || e.tables() != emptyTables || e.stdout.Len() != 0 || !strings.Contains(err.Error(), tc.wantInErr) {
+				t.Fatalf("want failed closed (mentioning %q): err %v, stdout %s", tc.wantInErr, err, e.stdout)
+			}
+		})
 	}
 }

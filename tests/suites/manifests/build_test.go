@@ -118,6 +118,7 @@ func TestObjects(t *testing.T) {
 		"ValidatingAdmissionPolicy/" + admissionPolicyName, "ValidatingAdmissionPolicyBinding/" + admissionPolicyName,
 		"ValidatingAdmissionPolicy/" + controllerPodPolicyName, "ValidatingAdmissionPolicyBinding/" + controllerPodPolicyName,
 		"ValidatingAdmissionPolicy/" + controllerNodePolicyName, "ValidatingAdmissionPolicyBinding/" + controllerNodePolicyName,
+		"ValidatingAdmissionPolicy/" + controllerDeletePolicyName, "ValidatingAdmissionPolicyBinding/" + controllerDeletePolicyName,
 		"ServiceMonitor/" + controllerName, "PodMonitor/" + installerName, "PrometheusRule/" + controllerName,
 		"ConfigMap/" + dashboardCMName,
 	}
@@ -613,9 +614,10 @@ func TestKubePrometheusStackExample(t *testing.T) {
 
 // checkPolicyShape checks what every admission policy of ours must have: a
 // Deny binding, failurePolicy Fail, a matchCondition that selects the
-// ServiceAccount saName by name in any namespace, UPDATE of the resources
-// given, and a reason and message on every validation.
-func checkPolicyShape(t *testing.T, objs []*unstructured.Unstructured, name, saName string, resources ...string) admissionregistrationv1.ValidatingAdmissionPolicy {
+// ServiceAccount saName by name in any namespace, the resource rules given
+// (each "OPERATION resource,resource"), and a reason and message on every
+// validation.
+func checkPolicyShape(t *testing.T, objs []*unstructured.Unstructured, name, saName string, rules ...string) admissionregistrationv1.ValidatingAdmissionPolicy {
 	t.Helper()
 	var vap admissionregistrationv1.ValidatingAdmissionPolicy
 	decodeStrict(t, find(t, objs, "ValidatingAdmissionPolicy", name), &vap)
@@ -637,9 +639,16 @@ func checkPolicyShape(t *testing.T, objs []*unstructured.Unstructured, name, saN
 		strings.Contains(mc, namespace+":") {
 		t.Errorf("%s: matchCondition %q does not select ServiceAccount %s by name in any namespace", name, mc, saName)
 	}
-	rr := vap.Spec.MatchConstraints.ResourceRules
-	if len(rr) != 1 || strings.Join(rr[0].Resources, ",") != strings.Join(resources, ",") || len(rr[0].Operations) != 1 || rr[0].Operations[0] != admissionregistrationv1.Update {
-		t.Errorf("%s: resourceRules %+v: want UPDATE of %v", name, rr, resources)
+	var got []string
+	for _, r := range vap.Spec.MatchConstraints.ResourceRules {
+		var ops []string
+		for _, op := range r.Operations {
+			ops = append(ops, string(op))
+		}
+		got = append(got, strings.Join(ops, ",")+" "+strings.Join(r.Resources, ","))
+	}
+	if strings.Join(got, "; ") != strings.Join(rules, "; ") {
+		t.Errorf("%s: resourceRules %v, want %v", name, got, rules)
 	}
 	for _, v := range vap.Spec.Validations {
 		if v.Reason == nil || *v.Reason != "Forbidden" || v.Message == "" {
@@ -658,7 +667,7 @@ func TestAdmissionPolicies(t *testing.T) {
 	for _, ov := range overlayNames() {
 		t.Run(ov, func(t *testing.T) {
 			objs := buildOverlay(t, ov)
-			vap := checkPolicyShape(t, objs, admissionPolicyName, installerName, "pods")
+			vap := checkPolicyShape(t, objs, admissionPolicyName, installerName, "UPDATE pods")
 			// The node a pod-bound token names must be there and be the
 			// pod's: a token naming no node may update nothing.
 			tokenNode, required := false, false
@@ -671,8 +680,9 @@ func TestAdmissionPolicies(t *testing.T) {
 			if !tokenNode || !required {
 				t.Errorf("%s: no validation requires the node-name extra", admissionPolicyName)
 			}
-			checkPolicyShape(t, objs, controllerPodPolicyName, controllerName, "pods", "pods/*")
-			checkPolicyShape(t, objs, controllerNodePolicyName, controllerName, "nodes", "nodes/*")
+			checkPolicyShape(t, objs, controllerPodPolicyName, controllerName, "UPDATE pods,pods/*")
+			checkPolicyShape(t, objs, controllerNodePolicyName, controllerName, "UPDATE nodes,nodes/*")
+			checkPolicyShape(t, objs, controllerDeletePolicyName, controllerName, "DELETE pods", "CREATE pods/eviction")
 		})
 	}
 }

@@ -41,11 +41,14 @@ const (
 const (
 	controllerPodPolicyName  = "consul-cni-repair-pod-writes"
 	controllerNodePolicyName = "consul-cni-repair-node-writes"
+	// controllerDeletePolicyName confines pod DELETE to injected pods and
+	// evictions to ones with preconditions.
+	controllerDeletePolicyName = "consul-cni-repair-pod-deletes"
 )
 
 // admissionPolicyNames are all the ValidatingAdmissionPolicies (each with
 // a binding of the same name) every overlay ships.
-var admissionPolicyNames = []string{admissionPolicyName, controllerPodPolicyName, controllerNodePolicyName}
+var admissionPolicyNames = []string{admissionPolicyName, controllerPodPolicyName, controllerNodePolicyName, controllerDeletePolicyName}
 
 // overlays are the deployable kustomizations, by name, relative to
 // manifests/. "base" is the default action (evict).

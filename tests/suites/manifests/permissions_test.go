@@ -77,7 +77,10 @@ func (s permSet) diff(got permSet) string {
 // wantInstaller is everything the installer's (and the plugin's) identity
 // may do, in every overlay: read a pod and patch its status annotation.
 func wantInstaller() permSet {
-	return perms("", []string{"pods"}, []string{"get", "patch"}, "")
+	s := perms("", []string{"pods"}, []string{"get", "patch"}, "")
+	s.add(perms("", []string{"namespaces", "nodes"}, []string{"get"}, ""))
+	s.add(perms("apps", []string{"daemonsets"}, []string{"get"}, ""))
+	return s
 }
 
 // wantController is everything the controller's identity may do with an

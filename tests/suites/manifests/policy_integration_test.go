@@ -15,6 +15,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -65,7 +66,7 @@ type policyFixture struct {
 	c                           *cluster.Cluster
 	nodeA, nodeB                string
 	podNS                       string
-	onA, onB, labelled          string
+	onA, onB, labelled, plain   string
 	otherLabel, otherAnnotation string
 	startupTaint, otherTaint    corev1.Taint
 }
@@ -76,7 +77,7 @@ func newPolicyFixture(t *testing.T, c *cluster.Cluster) *policyFixture {
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	f := &policyFixture{
 		c: c, nodeA: "pol-a-" + suffix, nodeB: "pol-b-" + suffix, podNS: c.Namespace(t),
-		onA: "on-a", onB: "on-b", labelled: "labelled",
+		onA: "on-a", onB: "on-b", labelled: "labelled", plain: "plain",
 		otherLabel: "example.com/keep", otherAnnotation: "example.com/note",
 		startupTaint: corev1.Taint{Key: startupTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 		otherTaint:   corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule},
@@ -112,6 +113,12 @@ func newPolicyFixture(t *testing.T, c *cluster.Cluster) *policyFixture {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := c.Client.CoreV1().Pods(f.podNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: f.plain, Labels: map[string]string{"app": "plain"}},
+		Spec:       corev1.PodSpec{NodeName: f.nodeB, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	return f
 }
@@ -197,10 +204,11 @@ func (f *policyFixture) controllerNodeWrites(cs kubernetes.Interface, overlay st
 		deny = need
 	}
 	const (
-		labelMsg = "may change only the node label consul.hashicorp.com/cni"
-		annMsg   = "may change only the node annotation consul.hashicorp.com/cni-ready-since"
-		taintMsg = "may add or remove only taints with the startup-taint key"
-		specMsg  = "may not cordon, uncordon or otherwise change a node's spec or status"
+		labelMsg  = "may change only the node label consul.hashicorp.com/cni"
+		annMsg    = "may change only the node annotation consul.hashicorp.com/cni-ready-since"
+		taintMsg  = "may add or remove only taints with the startup-taint key"
+		effectMsg = "may add the startup taint consul.hashicorp.com/cni-not-ready only with the effect NoSchedule"
+		specMsg   = "may not cordon, uncordon or otherwise change a node's spec or status"
 	)
 	A, B := f.nodeA, f.nodeB
 	return []writeCase{
@@ -223,6 +231,9 @@ func (f *policyFixture) controllerNodeWrites(cs kubernetes.Interface, overlay st
 		{"node: remove another label", f.patchNode(cs, A, "", static(labelsPatch(f.otherLabel, nil))), deny(labelMsg)},
 		{"node: another annotation", f.patchNode(cs, B, "", static(annotationsPatch("example.com/evil", "x"))), deny(annMsg)},
 		{"node: remove another annotation", f.patchNode(cs, A, "", static(annotationsPatch(f.otherAnnotation, nil))), deny(annMsg)},
+		{"node: add the startup taint NoExecute", f.patchNode(cs, B, "", taints(nil, corev1.Taint{Key: startupTaintKey, Value: "true", Effect: corev1.TaintEffectNoExecute})), deny(effectMsg)},
+		{"node: add the startup taint PreferNoSchedule", f.patchNode(cs, B, "", taints(nil, corev1.Taint{Key: startupTaintKey, Value: "true", Effect: corev1.TaintEffectPreferNoSchedule})), deny(effectMsg)},
+		{"node: turn the startup taint NoExecute", f.patchNode(cs, A, "", taints(hasKey(startupTaintKey), corev1.Taint{Key: startupTaintKey, Value: "true", Effect: corev1.TaintEffectNoExecute})), deny(effectMsg)},
 		{"node: add another taint", f.patchNode(cs, B, "", taints(nil, corev1.Taint{Key: "example.com/evil", Effect: corev1.TaintEffectNoExecute})), deny(taintMsg)},
 		{"node: remove another taint", f.patchNode(cs, A, "", taints(hasKey(f.otherTaint.Key))), deny(taintMsg)},
 		{"node: uncordon", f.patchNode(cs, A, "", static(map[string]any{"spec": map[string]any{"unschedulable": nil}})), deny(specMsg)},
@@ -261,6 +272,66 @@ func (f *policyFixture) controllerPodWrites(cs kubernetes.Interface, overlay str
 			map[string]any{"name": "app", "image": "registry.example/evil:1"}}}}), deny("may not change a pod's spec")},
 		{"pod: finalizer", f.patchPod(cs, f.onA, map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/keep"}}}),
 			deny("owners or finalizers")},
+	}
+}
+
+// deletePod deletes a pod as cs (dry run), with its UID as a precondition.
+func (f *policyFixture) deletePod(cs kubernetes.Interface, pod string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		p, err := f.c.Client.CoreV1().Pods(f.podNS).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return cs.CoreV1().Pods(f.podNS).Delete(ctx, pod, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll},
+			Preconditions: &metav1.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion}})
+	}
+}
+
+// evictPod evicts a pod as cs (dry run), with UID and resourceVersion
+// preconditions as the controller sends them, or without.
+func (f *policyFixture) evictPod(cs kubernetes.Interface, pod string, preconditions bool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		p, err := f.c.Client.CoreV1().Pods(f.podNS).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		opts := &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+		if preconditions {
+			opts.Preconditions = &metav1.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion}
+		}
+		return cs.PolicyV1().Evictions(f.podNS).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: f.podNS}, DeleteOptions: opts})
+	}
+}
+
+// controllerPodDeletes: with pod delete granted (the delete overlay) only
+// injected transparent-proxy pods may be deleted; with eviction granted
+// (the base, evict) an eviction must carry the UID and resourceVersion
+// preconditions. Admission of pods/eviction sees the Eviction, not the pod,
+// and the eviction's own deletion of the pod is not admitted as a DELETE,
+// so a plain pod's eviction with preconditions passes: the limit the API
+// sets on this policy (documented with it).
+func (f *policyFixture) controllerPodDeletes(cs kubernetes.Interface, overlay string) []writeCase {
+	const (
+		deleteMsg = "may delete only injected transparent-proxy pods"
+		evictMsg  = "may evict a pod only with its UID and resourceVersion as preconditions"
+		noDelete  = "cannot delete resource"
+		noEvict   = "cannot create resource \"pods/eviction\""
+	)
+	del, delPlain := noDelete, noDelete
+	if overlay == "delete" {
+		del, delPlain = "", deleteMsg
+	}
+	ev, evBare := noEvict, noEvict
+	if overlay == "base" {
+		ev, evBare = "", evictMsg
+	}
+	return []writeCase{
+		{"pod: delete an injected pod", f.deletePod(cs, f.onA), del},
+		{"pod: delete a plain pod", f.deletePod(cs, f.plain), delPlain},
+		{"pod: evict an injected pod", f.evictPod(cs, f.onA, true), ev},
+		{"pod: evict without preconditions", f.evictPod(cs, f.onA, false), evBare},
+		{"pod: evict a plain pod (the pod is not visible to admission of an eviction)", f.evictPod(cs, f.plain, true), ev},
 	}
 }
 
@@ -341,6 +412,7 @@ func TestAdmissionPoliciesImpersonated(t *testing.T) {
 				}
 				cases := f.controllerNodeWrites(asController, ov)
 				cases = append(cases, f.controllerPodWrites(asController, ov)...)
+				cases = append(cases, f.controllerPodDeletes(asController, ov)...)
 				cases = append(cases, f.pluginWrites(asPluginOnA, asPluginNoNode)...)
 				cases = append(cases, writeCase{"admin: a label", f.patchPod(c.Client, f.onA, labelsPatch("example.com/x", "y")), ""})
 				// RBAC and policy changes take effect within moments.
