@@ -16,6 +16,9 @@
 {{- if not (has .Values.controller.cniReadyGate (list "" "node-label" "cni-pod" "none")) }}
 {{- fail (printf "controller.cniReadyGate: %q is not one of node-label, cni-pod, none" .Values.controller.cniReadyGate) }}
 {{- end }}
+{{- if and .Values.nodeStartupTaint.enabled .Values.controller.dryRun }}
+{{- fail "nodeStartupTaint.enabled=true with controller.dryRun=true: audit mode lifts no startup taint, so every new node would stay tainted; set controller.dryRun=false (profiles/evict.yaml)" }}
+{{- end }}
 {{- if and (not .Values.controller.nodeReadiness) (has .Values.controller.cniReadyGate (list "" "node-label")) }}
 {{- fail "controller.nodeReadiness=false: nothing would label nodes cni=ready; set controller.cniReadyGate to cni-pod or none" }}
 {{- end }}

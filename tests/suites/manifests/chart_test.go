@@ -34,12 +34,15 @@ type chartProfile struct {
 // chartProfiles are the chart's documented profiles; every file in
 // profiles/ is one of them, except profiles that only adapt to a platform
 // (chartPlatformProfiles).
+// The chart's default is audit mode (a first install only reports); the
+// kustomize base acts (evict), which profiles/evict.yaml turns on.
 var chartProfiles = map[string]chartProfile{
-	"default":                     {overlay: "base"},
+	"default":                     {overlay: "overlays/audit"},
 	"audit":                       {values: "audit.yaml", overlay: "overlays/audit"},
+	"evict":                       {values: "evict.yaml", overlay: "base"},
 	"delete":                      {values: "delete.yaml", overlay: "overlays/delete"},
 	"label":                       {values: "label.yaml", overlay: "overlays/label"},
-	"without-prometheus-operator": {values: "without-prometheus-operator.yaml", overlay: "base", component: "without-prometheus-operator"},
+	"without-prometheus-operator": {values: "without-prometheus-operator.yaml", overlay: "overlays/audit", component: "without-prometheus-operator"},
 	"repair-only":                 {values: "repair-only.yaml", overlay: "overlays/repair-only"},
 	"node-startup-taint":          {values: "node-startup-taint.yaml", overlay: "base", component: "node-startup-taint"},
 }
@@ -358,7 +361,7 @@ func TestChartStandardLabels(t *testing.T) {
 		"app.kubernetes.io/version":    "v0.1.0",
 	}
 	for name, p := range chartProfiles {
-		vals := chartValues(t, profileFiles(p), "namespace.create=true", "nodeStartupTaint.enabled=true")
+		vals := chartValues(t, profileFiles(p), "namespace.create=true", "nodeStartupTaint.enabled=true", "controller.dryRun=false")
 		objs, hooks, err := helmRender(chartDir(t), namespace, vals)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -523,6 +526,47 @@ func TestChartValues(t *testing.T) {
 		c, _, _ = unstructured.NestedSlice(find(t, objs, "DaemonSet", installerName).Object, "spec", "template", "spec", "containers")
 		if img := c[0].(map[string]any)["image"]; img != "registry.example/installer:v0.1.0" {
 			t.Errorf("installer image %v, want the repository given and appVersion", img)
+		}
+	})
+	t.Run("startup taint in audit mode refused", func(t *testing.T) {
+		_, err := helmTemplate(chartDir(t), chartValues(t, nil, "nodeStartupTaint.enabled=true"))
+		if err == nil || !strings.Contains(err.Error(), "nodeStartupTaint.enabled=true with controller.dryRun=true") {
+			t.Errorf("error %v, want one naming nodeStartupTaint.enabled and controller.dryRun", err)
+		}
+	})
+	t.Run("pull secrets, pod annotations and labels, extra args on every workload", func(t *testing.T) {
+		set := []string{"imagePullSecrets[0].name=regcred"}
+		for _, w := range []string{"controller", "installer", "uninstallHook"} {
+			set = append(set, w+".podAnnotations.example\\.com/a="+w, w+".podLabels.example\\.com/l="+w, w+".extraArgs={--v=4}")
+		}
+		vals := chartValues(t, nil, set...)
+		objs, hooks, err := helmRender(chartDir(t), namespace, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for w, o := range map[string]*unstructured.Unstructured{
+			"controller":    find(t, objs, "Deployment", controllerName),
+			"installer":     find(t, objs, "DaemonSet", installerName),
+			"uninstallHook": find(t, hooks, "Job", "consul-cni-uninstall"),
+		} {
+			tmpl, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
+			ann, _, _ := unstructured.NestedStringMap(tmpl, "metadata", "annotations")
+			labels, _, _ := unstructured.NestedStringMap(tmpl, "metadata", "labels")
+			if ann["example.com/a"] != w || ann["consul.hashicorp.com/connect-inject"] != "false" {
+				t.Errorf("%s pod annotations %v", w, ann)
+			}
+			if labels["example.com/l"] != w || labels["app.kubernetes.io/part-of"] != "consul-cni-repair" {
+				t.Errorf("%s pod labels %v", w, labels)
+			}
+			secrets, _, _ := unstructured.NestedSlice(tmpl, "spec", "imagePullSecrets")
+			if len(secrets) != 1 || secrets[0].(map[string]any)["name"] != "regcred" {
+				t.Errorf("%s imagePullSecrets %v", w, secrets)
+			}
+			c, _, _ := unstructured.NestedSlice(tmpl, "spec", "containers")
+			args, _, _ := unstructured.NestedStringSlice(c[0].(map[string]any), "args")
+			if len(args) == 0 || args[len(args)-1] != "--v=4" {
+				t.Errorf("%s args %v: want --v=4 last", w, args)
+			}
 		}
 	})
 	t.Run("installer backend", func(t *testing.T) {

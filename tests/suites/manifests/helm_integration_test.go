@@ -105,9 +105,11 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	a := newApplier(t, c)
 	helm := newHelmCLI(t, c.Kubeconfig)
 	ns := privilegedNamespace(t, c)
-	// No Prometheus Operator in the local control plane.
-	profile := filepath.Join(chartDir(t), "profiles", "without-prometheus-operator.yaml")
-	rendered := renderChartIn(t, ns, chartValues(t, []string{"without-prometheus-operator.yaml"}))
+	// No Prometheus Operator in the local control plane; the controller
+	// acts (the chart's default is audit mode, which labels no node).
+	profiles := []string{"without-prometheus-operator.yaml", "evict.yaml"}
+	profileArgs := []string{"-f", filepath.Join(chartDir(t), "profiles", profiles[0]), "-f", filepath.Join(chartDir(t), "profiles", profiles[1])}
+	rendered := renderChartIn(t, ns, chartValues(t, profiles))
 	removeClusterScoped(t, a, rendered) // left by the kustomize tests of this binary
 
 	testbin.Project(t, "consul-cni")
@@ -131,7 +133,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 
 	// install: helm waits for the DaemonSet and the Deployment to be ready.
 	start := time.Now()
-	helm.run(t, "install", "ccr", chartDir(t), "-n", ns, "-f", profile, "--wait", "--timeout", "8m")
+	helm.run(t, append([]string{"install", "ccr", chartDir(t), "-n", ns, "--wait", "--timeout", "8m"}, profileArgs...)...)
 	helmDone := time.Since(start)
 	holder := waitRollout(t, c, ns, node.Name(), "v0.1.0", "")
 	t.Logf("helm install -> installer Ready, node %s cni=ready, controller leading (%s): %v (helm install --wait returned after %v)",
@@ -148,7 +150,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	helm.run(t, "package", chartDir(t), "--version", "0.2.0", "--app-version", "v0.2.0", "-d", pkgDir)
 	start = time.Now()
 	sampler := sampleOverlap(c, ns, node, versions)
-	helm.run(t, "upgrade", "ccr", filepath.Join(pkgDir, "consul-cni-repair-0.2.0.tgz"), "-n", ns, "-f", profile, "--wait", "--timeout", "8m")
+	helm.run(t, append([]string{"upgrade", "ccr", filepath.Join(pkgDir, "consul-cni-repair-0.2.0.tgz"), "-n", ns, "--wait", "--timeout", "8m"}, profileArgs...)...)
 	holder = waitRollout(t, c, ns, node.Name(), "v0.2.0", holder)
 	sampler.more(t, 30)
 	sampler.finish(t)
@@ -170,7 +172,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	// completes once the node is clean; then every object of the release,
 	// the hook's included, is gone, nothing of ours is left on the node and
 	// a new non-injected pod starts there.
-	uninstallRelease(t, helm, c, a, ns, chartValues(t, []string{"without-prometheus-operator.yaml"}), node)
+	uninstallRelease(t, helm, c, a, ns, chartValues(t, profiles), node)
 	plainPodRuns(t, c, c.Namespace(t), node.Name())
 	if rels := helm.list(t, ns); len(rels) != 0 {
 		t.Errorf("helm list after uninstall: %+v", rels)

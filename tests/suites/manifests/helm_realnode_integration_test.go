@@ -37,8 +37,9 @@ func TestHelmOnRealNodes(t *testing.T) {
 	ns := privilegedNamespace(t, c)
 	nodes, imgs, app := startRealNodes(t, c, 2, manifestImageTag(t, buildOverlay(t, "base")))
 
-	// No Prometheus Operator in the local control plane.
-	profiles := []string{"without-prometheus-operator.yaml"}
+	// No Prometheus Operator in the local control plane; the controller
+	// acts (the chart's default is audit mode, which labels no node).
+	profiles := []string{"without-prometheus-operator.yaml", "evict.yaml"}
 	set := imageValues(t, imgs)
 	vals := chartValues(t, profiles, set...)
 	rendered := renderChartIn(t, ns, vals)
