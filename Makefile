@@ -68,7 +68,7 @@ CNI_PLUGINS := \
 
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
 	doctor host-packages podman hoststate \
-	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm
 
 all: build
@@ -204,6 +204,11 @@ test-monitoring: toolchain promtool
 ## docs: write docs/reference/flags.md from the commands' --help (tests/suites/cli fails when it differs)
 docs: toolchain
 	CCR_UPDATE_DOCS=1 $(GOTEST) -count=1 -run '^TestFlagsReference$$' ./tests/suites/cli
+
+## chart-docs: write charts/consul-cni-repair/README.md from values.yaml's `# --` comments with helm-docs (the
+## version pinned in tests/suites/manifests/chartdocs_test.go); test-manifests fails when it differs
+chart-docs: toolchain
+	cd tests/suites/manifests && CCR_UPDATE_DOCS=1 $(GOTEST) -count=1 -run '^TestChartREADMEGenerated$$' .
 
 ## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/suites/manifests/dashboard,
 ## Grafana Foundation SDK); test-monitoring fails when the shipped file differs

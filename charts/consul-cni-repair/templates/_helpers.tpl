@@ -19,6 +19,10 @@
 {{- if and .Values.nodeStartupTaint.enabled .Values.controller.dryRun }}
 {{- fail "nodeStartupTaint.enabled=true with controller.dryRun=true: audit mode lifts no startup taint, so every new node would stay tainted; set controller.dryRun=false (profiles/evict.yaml)" }}
 {{- end }}
+{{- $level := include "consul-cni-repair.podSecurityLevel" . }}
+{{- if and .Values.installer.enabled $level (ne $level "privileged") }}
+{{- fail (printf "namespace %s enforces Pod Security level %q; the installer's hostPath volumes need \"privileged\": kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged --overwrite (or installer.enabled=false)" .Release.Namespace $level .Release.Namespace) }}
+{{- end }}
 {{- if and (not .Values.controller.nodeReadiness) (has .Values.controller.cniReadyGate (list "" "node-label")) }}
 {{- fail "controller.nodeReadiness=false: nothing would label nodes cni=ready; set controller.cniReadyGate to cni-pod or none" }}
 {{- end }}
@@ -46,4 +50,34 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
+{{- end }}
+
+{{/* "true" when the cluster's API serves the Prometheus Operator kind
+(monitoring.coreos.com/v1), else empty: the monitoring objects are rendered
+only then, so a cluster without the operator's CRDs installs cleanly and
+NOTES.txt says what was left out. `helm template` knows no cluster: pass
+--api-versions monitoring.coreos.com/v1/<Kind> to render them. */}}
+{{- define "consul-cni-repair.hasKind" -}}
+{{- $root := index . 0 }}
+{{- if $root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" (index . 1)) }}true{{ end }}
+{{- end }}
+
+{{/* Prometheus Operator kinds enabled in the values but missing from the
+cluster's API, for NOTES.txt. */}}
+{{- define "consul-cni-repair.missingMonitoringKinds" -}}
+{{- $m := .Values.monitoring }}
+{{- $missing := list }}
+{{- range $kind, $on := dict "ServiceMonitor" $m.serviceMonitor.enabled "PodMonitor" (and $m.podMonitor.enabled $.Values.installer.enabled) "PrometheusRule" $m.prometheusRule.enabled }}
+{{- if and $on (not (include "consul-cni-repair.hasKind" (list $ $kind))) }}
+{{- $missing = append $missing $kind }}
+{{- end }}
+{{- end }}
+{{- join ", " $missing }}
+{{- end }}
+
+{{/* The namespace's Pod Security enforce level when the cluster has the
+namespace and it enforces one (empty in helm template and dry runs). */}}
+{{- define "consul-cni-repair.podSecurityLevel" -}}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- if $ns }}{{ index ($ns.metadata.labels | default dict) "pod-security.kubernetes.io/enforce" | default "" }}{{ end }}
 {{- end }}

@@ -95,14 +95,28 @@ func helmHooks(dir string, vals map[string]any) ([]*unstructured.Unstructured, e
 	return hooks, err
 }
 
+// monitoringAPIs are the Prometheus Operator kinds the chart renders its
+// monitoring objects for only when the cluster's API has them; the renders
+// that stand for a cluster with the operator (as the kustomize overlays
+// assume) pass them, as `helm template --api-versions` does.
+var monitoringAPIs = []string{"monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
+
 // helmRender renders the release manifest and, apart, its hooks: hooks
-// have no kustomize counterpart.
+// have no kustomize counterpart. The API has the monitoringAPIs.
 func helmRender(dir, ns string, vals map[string]any) (objs, hooks []*unstructured.Unstructured, err error) {
+	objs, hooks, _, err = helmRenderAPIs(dir, ns, vals, monitoringAPIs)
+	return objs, hooks, err
+}
+
+// helmRenderAPIs is helmRender against an API with these extra API
+// versions (group/version/Kind), with the release's NOTES.txt.
+func helmRenderAPIs(dir, ns string, vals map[string]any, apis []string) (objs, hooks []*unstructured.Unstructured, notes string, err error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	install := action.NewInstall(action.NewConfiguration())
+	install.APIVersions = apis
 	install.DryRunStrategy = action.DryRunClient
 	install.ReleaseName = "consul-cni-repair"
 	install.Namespace = ns
@@ -111,29 +125,32 @@ func helmRender(dir, ns string, vals map[string]any) (objs, hooks []*unstructure
 	install.KubeVersion = &common.KubeVersion{Version: "v1.30.0", Major: "1", Minor: "30"}
 	rel, err := install.Run(ch, vals)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	r, ok := rel.(*releasev1.Release)
 	if !ok {
-		return nil, nil, fmt.Errorf("helm returned a %T, want a v1 release", rel)
+		return nil, nil, "", fmt.Errorf("helm returned a %T, want a v1 release", rel)
 	}
 	objs, err = decodeManifest(r.Manifest)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	for _, h := range r.Hooks {
 		hs, err := decodeManifest(h.Manifest)
 		if err != nil {
-			return nil, nil, fmt.Errorf("hook %s: %w", h.Name, err)
+			return nil, nil, "", fmt.Errorf("hook %s: %w", h.Name, err)
 		}
 		hooks = append(hooks, hs...)
 	}
 	for _, o := range objs {
 		if _, ok := o.GetAnnotations()[hookAnnotation]; ok {
-			return nil, nil, fmt.Errorf("%s: a hook in the release manifest", objectID(o))
+			return nil, nil, "", fmt.Errorf("%s: a hook in the release manifest", objectID(o))
 		}
 	}
-	return objs, hooks, nil
+	if r.Info != nil {
+		notes = r.Info.Notes
+	}
+	return objs, hooks, notes, nil
 }
 
 // hookAnnotation marks a Helm hook.
@@ -465,6 +482,108 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
+// TestValuesSchemaRejects: `helm lint` (and so install and template) refuses
+// values the schema does not allow, naming the value; the profiles pass
+// (TestHelmLint).
+func TestValuesSchemaRejects(t *testing.T) {
+	for set, want := range map[string]string{
+		"controller.action=restart":             "/controller/action",
+		"controller.cniReadyGate=node":          "/controller/cniReadyGate",
+		"controller.dryRun=maybe":               "/controller/dryRun",
+		"controller.replicas=0":                 "/controller/replicas",
+		"controller.extraArgs={workers=4}":      "/controller/extraArgs/0",
+		"installer.backend=ebpf":                "/installer/backend",
+		"installer.hostCNIBinDir=opt/cni/bin":   "/installer/hostCNIBinDir",
+		"installer.metricsPort=70000":           "/installer/metricsPort",
+		"uninstallHook.timeout=ten":             "/uninstallHook/timeout",
+		"monitoring.serviceMonitor.interval=":   "/monitoring/serviceMonitor/interval",
+		"controller.image.pullPolicy=Sometimes": "/controller/image/pullPolicy",
+		"contoller.action=evict":                "contoller",
+		"installer.enable=false":                "enable",
+		"imagePullSecrets[0].nam=x":             "nam",
+	} {
+		t.Run(set, func(t *testing.T) {
+			lint := action.NewLint()
+			lint.Strict = true
+			lint.Namespace = namespace
+			res := lint.Run([]string{chartDir(t)}, chartValues(t, nil, set))
+			var msgs []string
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					msgs = append(msgs, m.Err.Error())
+				}
+			}
+			all := strings.Join(msgs, "\n")
+			if !strings.Contains(all, want) {
+				t.Errorf("helm lint --set %s: %q, want an error naming %s", set, all, want)
+			}
+			if testing.Verbose() {
+				t.Logf("helm lint --set %s: %s", set, all)
+			}
+		})
+	}
+}
+
+// TestMonitoringOnlyWhereTheAPIHasIt: without the Prometheus Operator's
+// kinds in the API, the chart renders no ServiceMonitor, PodMonitor or
+// PrometheusRule (the install succeeds), and NOTES.txt names what it left
+// out; with them, all three, and the notes say nothing of it.
+func TestMonitoringOnlyWhereTheAPIHasIt(t *testing.T) {
+	kinds := map[string]bool{"ServiceMonitor": true, "PodMonitor": true, "PrometheusRule": true}
+	for _, apis := range [][]string{nil, monitoringAPIs[:1], monitoringAPIs} {
+		objs, _, notes, err := helmRenderAPIs(chartDir(t), namespace, chartValues(t, nil), apis)
+		if err != nil {
+			t.Fatalf("APIs %v: %v", apis, err)
+		}
+		got := map[string]bool{}
+		for _, o := range objs {
+			if kinds[o.GetKind()] {
+				got[o.GetKind()] = true
+			}
+		}
+		var missing []string
+		for _, k := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"} {
+			has := false
+			for _, a := range apis {
+				has = has || strings.HasSuffix(a, "/"+k)
+			}
+			if got[k] != has {
+				t.Errorf("APIs %v: %s rendered %v, want %v", apis, k, got[k], has)
+			}
+			if !has {
+				missing = append(missing, k)
+			}
+		}
+		if len(missing) == 0 && strings.Contains(notes, "Not rendered") {
+			t.Errorf("APIs %v: notes say something was left out:\n%s", apis, notes)
+		}
+		sort.Strings(missing)
+		if len(missing) > 0 && !strings.Contains(notes, "Not rendered: "+strings.Join(missing, ", ")) {
+			t.Errorf("APIs %v: notes do not name %v:\n%s", apis, missing, notes)
+		}
+	}
+}
+
+// TestNotes: NOTES.txt says which mode the controller runs in and how to
+// verify and go on.
+func TestNotes(t *testing.T) {
+	for set, want := range map[string][]string{
+		"controller.dryRun=true":  {"AUDIT MODE", "reason=WouldRepair", "--set controller.dryRun=false", "rollout status daemonset/consul-cni", "repair audit"},
+		"controller.dryRun=false": {"The controller ACTS", "will evict", "reason=BypassedCNI", "repair audit"},
+		"installer.enabled=false": {"no installer: the controller watches the CNI pods app.kubernetes.io/name=consul-cni"},
+	} {
+		_, _, notes, err := helmRenderAPIs(chartDir(t), namespace, chartValues(t, nil, set), monitoringAPIs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(notes, w) {
+				t.Errorf("%s: notes lack %q:\n%s", set, w, notes)
+			}
+		}
+	}
+}
+
 // TestChartValues checks the values no overlay has an equivalent for.
 func TestChartValues(t *testing.T) {
 	controllerArgs := func(t *testing.T, objs []*unstructured.Unstructured) []string {
@@ -504,8 +623,8 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 	t.Run("unknown action", func(t *testing.T) {
-		if _, err := helmTemplate(chartDir(t), chartValues(t, nil, "controller.action=restart")); err == nil || !strings.Contains(err.Error(), `controller.action: "restart"`) {
-			t.Errorf("error %v, want one naming controller.action and its value", err)
+		if _, err := helmTemplate(chartDir(t), chartValues(t, nil, "controller.action=restart")); err == nil || !strings.Contains(err.Error(), "/controller/action") {
+			t.Errorf("error %v, want the schema's, naming controller.action", err)
 		}
 	})
 	t.Run("extra args, priority class, images", func(t *testing.T) {
