@@ -146,7 +146,13 @@ func (in *Installer) foreignPodAlive(ctx context.Context, kubeconfig []byte) boo
 		if !ok {
 			continue
 		}
+		if in.foreign.seenRecently(c.K8s.Pod.UID, time.Now()) {
+			return true
+		}
 		gone, err := in.cfg.PodGone(ctx, c.K8s.Namespace, c.K8s.Pod.Name, c.K8s.Pod.UID)
+		if err == nil && !gone {
+			in.foreign.seen(c.K8s.Pod.UID, time.Now())
+		}
 		return err != nil || !gone
 	}
 	return true
@@ -185,4 +191,34 @@ func (in *Installer) keepsForeignEntry(ctx context.Context, p Candidate, st *Pas
 		return true
 	}
 	return false
+}
+
+// foreignPodTTL is how long a pod of consul-k8s's installer seen to exist
+// is not asked about again: passes follow every change in the net dir, and
+// one that restores the chain must not wait for the API. A pod gone without
+// its cleanup is noticed that much later at most.
+const foreignPodTTL = 10 * time.Second
+
+// foreignPods remembers when each of consul-k8s's installer pods (by UID)
+// was last seen to exist. Passes run one at a time (Run), so it needs no
+// lock.
+type foreignPods struct {
+	at map[string]time.Time
+}
+
+func (f *foreignPods) seen(uid string, now time.Time) {
+	if f.at == nil {
+		f.at = map[string]time.Time{}
+	}
+	for u, t := range f.at {
+		if now.Sub(t) >= foreignPodTTL {
+			delete(f.at, u)
+		}
+	}
+	f.at[uid] = now
+}
+
+func (f *foreignPods) seenRecently(uid string, now time.Time) bool {
+	t, ok := f.at[uid]
+	return ok && now.Sub(t) < foreignPodTTL
 }

@@ -189,3 +189,27 @@ func TestScanConfDirWaitsForAWriteInPlace(t *testing.T) {
 		t.Errorf("old broken file: scan took %v (want no wait), valid=%v", took, cands[0].Valid())
 	}
 }
+
+// A pod of consul-k8s's installer seen to exist is not asked about again
+// for foreignPodTTL: a pass that follows a change must not wait for the API.
+func TestForeignPodAskedOncePerTTL(t *testing.T) {
+	n := newHostDirs(t)
+	asked := 0
+	in := n.installer(t, func(cfg *Config) {
+		cfg.PodGone = func(context.Context, string, string, string) (bool, error) { asked++; return false, nil }
+	})
+	kc := []byte(kubeconfigWith(t, fakeToken("consul-cni-abcde", "uid-live", time.Now().Add(time.Hour)), ""))
+	for i := 0; i < 3; i++ {
+		if !in.foreignPodAlive(context.Background(), kc) {
+			t.Fatal("pod taken for gone")
+		}
+	}
+	if asked != 1 {
+		t.Errorf("API asked %d times in three passes, want 1", asked)
+	}
+	in.foreign.at["uid-live"] = time.Now().Add(-foreignPodTTL)
+	in.foreignPodAlive(context.Background(), kc)
+	if asked != 2 {
+		t.Errorf("API asked %d times after the TTL, want 2", asked)
+	}
+}

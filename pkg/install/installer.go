@@ -85,6 +85,9 @@ type Config struct {
 // Installer keeps consul-cni installed and chained.
 type Installer struct {
 	cfg Config
+	// foreign remembers which of consul-k8s's installer pods were seen
+	// to exist (foreign.go).
+	foreign foreignPods
 }
 
 // New checks cfg and returns an installer.
