@@ -72,7 +72,7 @@ const (
 	KeyExcludeNamespaces = "exclude_namespaces"
 	// KeyBackend selects how the plugin programs the redirect rules: one of
 	// Backends (absent: BackendIptables). Not to be confused with the
-	// plugin's iptables_backend, which picks the nft or legacy variant of
+	// plugin's iptables_variant, which picks the nft or legacy variant of
 	// the iptables tools when the backend is iptables.
 	KeyBackend = "backend"
 )

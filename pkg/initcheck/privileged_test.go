@@ -15,7 +15,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -141,8 +141,8 @@ func TestProbeRealNetns(t *testing.T) {
 			if backend == cniconf.BackendNftables {
 				err = nftables.Apply(context.Background(), ns.Path, nftables.Build(tc))
 			} else {
-				ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: redirect.BackendDefault}
-				err = redirect.Apply(context.Background(), ex, redirect.Build(tc))
+				ex := &iptables.NetnsExecutor{NetNS: ns.Path, Variant: iptables.VariantDefault}
+				err = iptables.Apply(context.Background(), ex, iptables.Build(tc))
 			}
 			if err != nil {
 				t.Fatal(err)

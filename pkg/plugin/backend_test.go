@@ -13,7 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 func TestBackendDefaultIsIptables(t *testing.T) {
@@ -64,14 +64,14 @@ func TestNftablesBackend(t *testing.T) {
 		t.Fatalf("after switching to iptables: nft table %q, iptables %v", e.nft.Table(a.Netns), e.tables())
 	}
 	// And back: the iptables rules go (FindIptablesRules reports them).
-	e.nft.Iptables = nftables.IptablesRules{NFT: true}
+	e.nft.Iptables = redirect.Leftovers{IptablesNFT: true}
 	if err := e.p.Add(a); err != nil {
 		t.Fatal(err)
 	}
 	if e.nft.Table(a.Netns) == "" || e.tables() != emptyTables {
 		t.Fatalf("after switching back: nft table %q, iptables %v", e.nft.Table(a.Netns), e.tables())
 	}
-	e.nft.Iptables = nftables.IptablesRules{}
+	e.nft.Iptables = redirect.Leftovers{}
 	if err := e.p.Del(a); err != nil {
 		t.Fatal(err)
 	}

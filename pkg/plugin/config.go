@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 )
 
 // Defaults of the configuration keys this project adds.
@@ -24,8 +25,8 @@ const (
 	DefaultCNINetDir       = "/etc/cni/net.d"
 	DefaultCNIBinDir       = "/opt/cni/bin"
 	DefaultStateDir        = "/var/run/consul-cni"
-	// BackendCacheTTL is how long a detected iptables backend is reused.
-	BackendCacheTTL = 10 * time.Minute
+	// VariantCacheTTL is how long a detected iptables variant is reused.
+	VariantCacheTTL = 10 * time.Minute
 	maxTimeout      = 10 * time.Minute
 )
 
@@ -62,13 +63,15 @@ type Config struct {
 	// (the table inet consul_tproxy over netlink, SDK v0.19). A call with
 	// one backend removes what the other left in the pod namespace.
 	Backend string `json:"backend,omitempty"`
-	// IptablesBackend is, for the iptables backend, which variant of the
+	// IptablesVariant is, for the iptables backend, which variant of the
 	// iptables tools runs: auto (default: the node's, detected as
 	// kube-proxy does), nft or legacy.
+	IptablesVariant string `json:"iptables_variant,omitempty"`
+	// IptablesBackend is IptablesVariant's former key, still accepted.
 	IptablesBackend string `json:"iptables_backend,omitempty"`
 	// LogFile, when set, receives the log instead of stderr.
 	LogFile string `json:"log_file,omitempty"`
-	// StateDir holds the cached backend detection (default
+	// StateDir holds the cached variant detection (default
 	// /var/run/consul-cni).
 	StateDir string `json:"state_dir,omitempty"`
 	// ExcludeNamespaces are namespaces whose pods the plugin passes through
@@ -79,7 +82,7 @@ type Config struct {
 
 	apiTimeout      time.Duration
 	iptablesTimeout time.Duration
-	iptablesVariant redirect.Backend // nft or legacy iptables tools (iptables_backend)
+	iptablesVariant iptables.Variant // nft or legacy iptables tools (iptables_variant)
 	autoVariant     bool
 	level           slog.Level
 	logOff          bool
@@ -145,8 +148,8 @@ func (c *Config) validate() error {
 	default:
 		return &ConfigError{cniconf.KeyBackend, c.Backend, cniconf.BackendReason}
 	}
-	if c.iptablesVariant, c.autoVariant, err = redirect.ParseBackend(c.IptablesBackend); err != nil {
-		return &ConfigError{"iptables_backend", c.IptablesBackend, "is not auto, nft or legacy"}
+	if err := c.parseVariant(); err != nil {
+		return err
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug":
@@ -192,6 +195,23 @@ var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // nftables reports whether the nftables backend is selected.
 func (c *Config) nftables() bool { return c.Backend == cniconf.BackendNftables }
+
+// parseVariant reads iptables_variant, or its former key iptables_backend;
+// both may be set only to the same value.
+func (c *Config) parseVariant() error {
+	key, v := "iptables_variant", c.IptablesVariant
+	switch {
+	case v == "":
+		key, v = "iptables_backend", c.IptablesBackend
+	case c.IptablesBackend != "" && !strings.EqualFold(c.IptablesBackend, v):
+		return &ConfigError{"iptables_backend", c.IptablesBackend, "differs from iptables_variant " + strconv.Quote(v) + " (iptables_backend is its former name: set only iptables_variant)"}
+	}
+	var err error
+	if c.iptablesVariant, c.autoVariant, err = iptables.ParseVariant(v); err != nil {
+		return &ConfigError{key, v, "is not auto, nft or legacy"}
+	}
+	return nil
+}
 
 // excluded reports whether pods of namespace ns are passed through without
 // looking at them (exclude_namespaces).

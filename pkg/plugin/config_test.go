@@ -11,7 +11,7 @@ import (
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 )
 
 func TestParseConfigUpstreamEntry(t *testing.T) {
@@ -32,8 +32,24 @@ func TestParseConfigUpstreamEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.apiTimeout != 2*time.Second || c.iptablesTimeout != 5*time.Second || c.autoVariant || c.iptablesVariant != redirect.BackendLegacy {
+	if c.apiTimeout != 2*time.Second || c.iptablesTimeout != 5*time.Second || c.autoVariant || c.iptablesVariant != iptables.VariantLegacy {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// The variant of the iptables tools is iptables_variant; its former key
+// iptables_backend, which chain entries already written may hold, still
+// works, alone or with the same value.
+func TestIptablesVariantKeys(t *testing.T) {
+	for _, extra := range []string{`,"iptables_variant":"legacy"`, `,"iptables_backend":"legacy"`,
+		`,"iptables_variant":"legacy","iptables_backend":"Legacy"`} {
+		c, err := parseConfig([]byte(conflistEntry("1.0.0", extra)))
+		if err != nil {
+			t.Fatalf("%s: %v", extra, err)
+		}
+		if c.autoVariant || c.iptablesVariant != iptables.VariantLegacy {
+			t.Fatalf("%s: variant %q (auto %v)", extra, c.iptablesVariant, c.autoVariant)
+		}
 	}
 }
 
@@ -48,7 +64,9 @@ func TestParseConfigErrorsNameKeyAndValue(t *testing.T) {
 		{"api timeout", conflistEntry("1.0.0", `,"api_timeout":"soon"`), []string{`"api_timeout"`, `"soon"`}},
 		{"negative timeout", conflistEntry("1.0.0", `,"api_timeout":"-1s"`), []string{`"api_timeout"`, `"-1s"`}},
 		{"huge timeout", conflistEntry("1.0.0", `,"iptables_timeout":"1h"`), []string{`"iptables_timeout"`, `"1h"`}},
-		{"iptables backend", conflistEntry("1.0.0", `,"iptables_backend":"nftables"`), []string{`"iptables_backend"`, `"nftables"`}},
+		{"iptables variant", conflistEntry("1.0.0", `,"iptables_variant":"nftables"`), []string{`"iptables_variant"`, `"nftables"`}},
+		{"iptables variant, former key", conflistEntry("1.0.0", `,"iptables_backend":"nftables"`), []string{`"iptables_backend"`, `"nftables"`}},
+		{"iptables variant, both keys", conflistEntry("1.0.0", `,"iptables_variant":"nft","iptables_backend":"legacy"`), []string{`"iptables_backend"`, `"legacy"`, `"nft"`}},
 		{"backend", conflistEntry("1.0.0", `,"backend":"nft"`), []string{`"backend"`, `"nft"`, "iptables or nftables"}},
 		{"backend case", conflistEntry("1.0.0", `,"backend":"NFTables"`), []string{`"backend"`, `"NFTables"`}},
 		{"log level", conflistEntry("1.0.0", `,"log_level":"verbose"`), []string{`"log_level"`, `"verbose"`}},

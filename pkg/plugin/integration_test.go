@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables/nftablestest"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 )
 
@@ -117,10 +117,10 @@ func TestAddStrandedNodeAgainstAPIServer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("eyJhbGciOiJSUzI1NiJ9.e30.c3RhbGU"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fake := &redirecttest.Fake{}
+	fake := &iptablestest.Fake{}
 	var stdout, stderr bytes.Buffer
 	p := &Plugin{NewClient: NewKubeClient, Stdout: &stdout, Stderr: &stderr, RetryBase: time.Millisecond, Nftables: &nftablestest.Fake{},
-		NewExecutor: func(context.Context, *Config, string, *slog.Logger) (redirect.Executor, error) { return fake, nil }}
+		NewExecutor: func(context.Context, *Config, string, *slog.Logger) (iptables.Executor, error) { return fake, nil }}
 	stdin := []byte(`{"cniVersion":"1.1.0","name":"n","type":"consul-cni","cni_net_dir":"` + dir + `","kubeconfig":"kc",` +
 		`"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}}`)
 	add := func(ns, name string) error {

@@ -30,6 +30,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
@@ -41,14 +42,14 @@ type Plugin struct {
 	// used (for messages).
 	NewClient func(conf *Config) (PodClient, string, error)
 	// NewExecutor returns the iptables executor for a pod namespace.
-	NewExecutor func(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error)
+	NewExecutor func(ctx context.Context, conf *Config, netns string, log *slog.Logger) (iptables.Executor, error)
 	// Nftables is the nftables backend's kernel side.
-	Nftables Nftables
+	Nftables nftables.Kernel
 	// Stdout receives the CNI result; Stderr the log unless log_file is set.
 	Stdout, Stderr io.Writer
 	// RetryBase is the first back-off between API retries.
 	RetryBase time.Duration
-	// LookTool finds an iptables tool for STATUS (nil: redirect.LookTool).
+	// LookTool finds an iptables tool for STATUS (nil: iptables.LookTool).
 	LookTool func(name string) (string, error)
 }
 
@@ -69,14 +70,14 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del, Status: p.Status, GC: p.GC}
 }
 
-func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Logger) (redirect.Executor, error) {
-	b := conf.iptablesVariant
+func realExecutor(ctx context.Context, conf *Config, netns string, log *slog.Logger) (iptables.Executor, error) {
+	v := conf.iptablesVariant
 	if conf.autoVariant {
 		var why string
-		b, why = redirect.Detector{}.Cached(ctx, conf.StateDir, BackendCacheTTL)
-		log.Debug("iptables backend", "backend", b.String(), "reason", why)
+		v, why = iptables.VariantDetector{}.Cached(ctx, conf.StateDir, VariantCacheTTL)
+		log.Debug("iptables variant", "variant", v.String(), "reason", why)
 	}
-	return &redirect.NetnsExecutor{NetNS: netns, Backend: b}, nil
+	return &iptables.NetnsExecutor{NetNS: netns, Variant: v}, nil
 }
 
 // target is what a call works on: the pod's redirect configuration, and
@@ -122,8 +123,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 
 	exCtx, exCancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
 	defer exCancel()
-	rs := p.rules(conf, args.Netns, log)
-	if err := rs.apply(exCtx, tg); err != nil {
+	rs := p.backend(conf, log)
+	if err := rs.Apply(exCtx, args.Netns, tg.cfg); err != nil {
 		err = fmt.Errorf("consul-cni: %s: applying the traffic redirection rules in %s failed (backend %s): %w", tg.what, args.Netns, conf.Backend, err)
 		log.Error("ADD failed", "error", err)
 		return err
@@ -135,7 +136,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			// The API deadline may have taken the iptables one with it.
 			cctx, ccancel := context.WithTimeout(context.Background(), redirect.CleanupTimeout)
-			rerr := rs.remove(cctx)
+			rerr := rs.Remove(cctx, args.Netns)
 			ccancel()
 			if rerr != nil {
 				log.Error("removing the rules after the failed status update", "error", rerr)
@@ -306,7 +307,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	exCtx, exCancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
 	defer exCancel()
-	if err := p.rules(conf, args.Netns, log).check(exCtx, tg); err != nil {
+	if err := p.backend(conf, log).Check(exCtx, args.Netns, tg.cfg); err != nil {
 		err = fmt.Errorf("consul-cni: %s: %w", tg.what, err)
 		log.Warn("CHECK found drift", "error", err)
 		return err
@@ -338,7 +339,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conf.iptablesTimeout)
 	defer cancel()
-	if err := p.rules(conf, args.Netns, log).remove(ctx); err != nil {
+	if err := p.backend(conf, log).Remove(ctx, args.Netns); err != nil {
 		return fmt.Errorf("consul-cni: removing the traffic redirection rules from %s: %w", args.Netns, err)
 	}
 	return nil
@@ -378,18 +379,18 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 }
 
 // missingTools returns the iptables tools of the families missing for
-// every usable backend, nil when one backend has them all.
+// every usable variant, nil when one variant has them all.
 func (p *Plugin) missingTools(conf *Config, families ...redirect.Family) []string {
 	look := p.LookTool
 	if look == nil {
-		look = redirect.LookTool
+		look = iptables.LookTool
 	}
-	backends := []redirect.Backend{conf.iptablesVariant}
+	variants := []iptables.Variant{conf.iptablesVariant}
 	if conf.autoVariant {
-		backends = []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy, redirect.BackendDefault}
+		variants = []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy, iptables.VariantDefault}
 	}
 	var missing []string
-	for _, b := range backends {
+	for _, b := range variants {
 		ok := true
 		for _, f := range families {
 			for _, verb := range []string{"save", "restore"} {

@@ -28,8 +28,9 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables/nftablestest"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
@@ -85,7 +86,7 @@ type env struct {
 	t       *testing.T
 	p       *Plugin
 	client  *fake.Clientset
-	fake    *redirecttest.Fake
+	fake    *iptablestest.Fake
 	nft     *nftablestest.Fake
 	stdout  *bytes.Buffer
 	stderr  *bytes.Buffer
@@ -93,13 +94,13 @@ type env struct {
 }
 
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
-	e := &env{t: t, client: fake.NewClientset(objs...), fake: &redirecttest.Fake{}, nft: &nftablestest.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	e := &env{t: t, client: fake.NewClientset(objs...), fake: &iptablestest.Fake{}, nft: &nftablestest.Fake{}, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
 	e.p = &Plugin{
 		NewClient: func(*Config) (PodClient, string, error) {
 			e.clients++
 			return clientsetPods{e.client}, "/etc/cni/net.d/" + cniconf.ConsulK8sKubeconfigFileName, nil
 		},
-		NewExecutor: func(_ context.Context, _ *Config, netns string, _ *slog.Logger) (redirect.Executor, error) {
+		NewExecutor: func(_ context.Context, _ *Config, netns string, _ *slog.Logger) (iptables.Executor, error) {
 			return e.fake, nil
 		},
 		Nftables: e.nft,
@@ -179,8 +180,8 @@ func expectedTable(t *testing.T, js string, dual bool) [2]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &redirecttest.Fake{}
-	if err := redirect.Apply(context.Background(), f, redirect.Build(cfg)); err != nil {
+	f := &iptablestest.Fake{}
+	if err := iptables.Apply(context.Background(), f, iptables.Build(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	return [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}
@@ -190,7 +191,7 @@ func (e *env) tables() [2]string {
 	return [2]string{e.fake.Table(redirect.IPv4), e.fake.Table(redirect.IPv6)}
 }
 
-var emptyTables = [2]string{(&redirecttest.Fake{}).Table(redirect.IPv4), (&redirecttest.Fake{}).Table(redirect.IPv6)}
+var emptyTables = [2]string{(&iptablestest.Fake{}).Table(redirect.IPv4), (&iptablestest.Fake{}).Table(redirect.IPv6)}
 
 func TestAddKubernetesPath(t *testing.T) {
 	e := newEnv(t, injectedPod("web", nil))

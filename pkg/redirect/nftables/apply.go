@@ -108,17 +108,17 @@ func Apply(ctx context.Context, nsPath string, t Table) error {
 // the caller can remove them (with the iptables tools) and then Apply. A new
 // pod sandbox has none, so its ADD opens one socket, sends one dump request
 // and one transaction.
-func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesRules, error) {
+func ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (redirect.Leftovers, error) {
 	if err := ctx.Err(); err != nil {
-		return IptablesRules{}, err
+		return redirect.Leftovers{}, err
 	}
 	rc, legacyNat, err := dialRaw(ctx, nsPath, true)
 	if err != nil {
-		return IptablesRules{}, err
+		return redirect.Leftovers{}, err
 	}
 	defer rc.close()
-	found := IptablesRules{Legacy: legacyNat}
-	if found.NFT, err = rc.iptablesChains(); err != nil {
+	found := redirect.Leftovers{IptablesLegacy: legacyNat}
+	if found.IptablesNFT, err = rc.iptablesChains(); err != nil {
 		return found, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
 	if found.Any() {
@@ -363,9 +363,20 @@ func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
 	}
 }
 
-// Netlink is the backend as a value: its methods are the package's
-// functions, so a caller can hold it behind an interface and tests can put
-// an in-memory double (nftablestest.Fake) in its place.
+// Kernel is the kernel side of the backend: Netlink, or an in-memory
+// double in tests (nftablestest.Fake).
+type Kernel interface {
+	Apply(ctx context.Context, nsPath string, t Table) error
+	Check(ctx context.Context, nsPath string, t Table) error
+	Remove(ctx context.Context, nsPath string) error
+	Present(ctx context.Context, nsPath string) (bool, error)
+	FindIptablesRules(ctx context.Context, nsPath string) (redirect.Leftovers, error)
+	ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (redirect.Leftovers, error)
+}
+
+// Netlink is the kernel side as a value: its methods are the package's
+// functions, so that Backend can hold it behind Kernel and tests can put an
+// in-memory double in its place.
 type Netlink struct{}
 
 func (Netlink) Apply(ctx context.Context, nsPath string, t Table) error { return Apply(ctx, nsPath, t) }
@@ -374,9 +385,9 @@ func (Netlink) Remove(ctx context.Context, nsPath string) error         { return
 func (Netlink) Present(ctx context.Context, nsPath string) (bool, error) {
 	return Present(ctx, nsPath)
 }
-func (Netlink) FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
+func (Netlink) FindIptablesRules(ctx context.Context, nsPath string) (redirect.Leftovers, error) {
 	return FindIptablesRules(ctx, nsPath)
 }
-func (Netlink) ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (IptablesRules, error) {
+func (Netlink) ApplyUnlessIptables(ctx context.Context, nsPath string, t Table) (redirect.Leftovers, error) {
 	return ApplyUnlessIptables(ctx, nsPath, t)
 }

@@ -49,7 +49,7 @@ type rawConn struct {
 
 // dialRaw opens the socket inside the namespace at nsPath and, with
 // lookNat, says whether the namespace has an x_tables nat table (see
-// IptablesRules).
+// FindIptablesRules).
 func dialRaw(ctx context.Context, nsPath string, lookNat bool) (rc *rawConn, legacyNat bool, err error) {
 	err = enter(nsPath, func() error {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)

@@ -11,28 +11,13 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
-// IptablesRules says which variants of the iptables rules may be in a
-// namespace, so a caller switching a pod to this backend knows whether it
-// has to run the (slower) iptables removal at all.
-type IptablesRules struct {
-	// NFT: an ip or ip6 nat table of nf_tables (iptables-nft) holds one of
-	// redirect.Chains.
-	NFT bool
-	// Legacy: the x_tables nat table exists in the namespace. The kernel
-	// creates it only once something uses it, so a fresh pod namespace has
-	// none; when it exists, it may hold our chains.
-	Legacy bool
-}
-
-// Any reports whether some iptables rules of ours may be present.
-func (r IptablesRules) Any() bool { return r.NFT || r.Legacy }
-
-// FindIptablesRules looks for iptables rules of ours in the namespace at
-// nsPath, without running any iptables tool: one netlink dump of the chains
-// of every family, and one read of ip_tables_names / ip6_tables_names
-// inside the namespace. A missing namespace has none.
-func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error) {
-	var found IptablesRules
+// FindIptablesRules looks for the iptables backend's rules in the namespace
+// at nsPath (its Leftovers: IptablesNFT, IptablesLegacy), without running any
+// iptables tool: one netlink dump of the chains of every family, and one
+// read of ip_tables_names / ip6_tables_names inside the namespace. A missing
+// namespace has none.
+func FindIptablesRules(ctx context.Context, nsPath string) (redirect.Leftovers, error) {
+	var found redirect.Leftovers
 	if err := ctx.Err(); err != nil {
 		return found, err
 	}
@@ -44,8 +29,8 @@ func FindIptablesRules(ctx context.Context, nsPath string) (IptablesRules, error
 		return found, err
 	}
 	defer rc.close()
-	found.Legacy = legacyNat
-	if found.NFT, err = rc.iptablesChains(); err != nil {
+	found.IptablesLegacy = legacyNat
+	if found.IptablesNFT, err = rc.iptablesChains(); err != nil {
 		return found, fmt.Errorf("netns %s: %w", nsPath, err)
 	}
 	return found, nil

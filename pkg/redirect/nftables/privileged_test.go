@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -238,21 +239,21 @@ func TestFindIptablesRules(t *testing.T) {
 	if got, err := nftables.FindIptablesRules(ctx, fresh.Path); err != nil || got.Any() {
 		t.Fatalf("fresh namespace: %+v, %v", got, err)
 	}
-	for _, b := range []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy} {
+	for _, b := range []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy} {
 		ns := r.NewNetns(t, "ipt")
-		ex := &redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}
-		if err := redirect.Apply(ctx, ex, redirect.Build(cfg)); err != nil {
+		ex := &iptables.NetnsExecutor{NetNS: ns.Path, Variant: b}
+		if err := iptables.Apply(ctx, ex, iptables.Build(cfg)); err != nil {
 			t.Fatal(err)
 		}
 		got, err := nftables.FindIptablesRules(ctx, ns.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := (nftables.IptablesRules{NFT: b == redirect.BackendNFT, Legacy: b == redirect.BackendLegacy}); got != want {
+		if want := (redirect.Leftovers{IptablesNFT: b == iptables.VariantNFT, IptablesLegacy: b == iptables.VariantLegacy}); got != want {
 			t.Errorf("%s: found %+v, want %+v", b, got, want)
 		}
 		// ApplyUnlessIptables reports them and applies nothing.
-		if got, err := nftables.ApplyUnlessIptables(ctx, ns.Path, nftables.Build(cfg)); err != nil || got == (nftables.IptablesRules{}) {
+		if got, err := nftables.ApplyUnlessIptables(ctx, ns.Path, nftables.Build(cfg)); err != nil || got == (redirect.Leftovers{}) {
 			t.Errorf("%s: ApplyUnlessIptables = %+v, %v", b, got, err)
 		}
 		if ok, err := nftables.Present(ctx, ns.Path); err != nil || ok {

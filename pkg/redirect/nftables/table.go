@@ -1,8 +1,9 @@
 // Package nftables is the native nftables backend of the redirect rules: the
 // table `inet consul_tproxy` that Consul's SDK v0.19.0 (`nftables` package)
 // installs in a pod's network namespace, built as data from the same
-// annotations.TrafficConfig as the iptables rules of package redirect, and
-// applied, verified and removed in-process over netlink (no nft binary).
+// annotations.TrafficConfig as the rules of its sibling, package iptables,
+// and applied, verified and removed in-process over netlink (no nft binary).
+// Backend is the package as a redirect.Backend.
 //
 // The API, in the order a CNI plugin uses it:
 //

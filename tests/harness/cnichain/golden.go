@@ -12,7 +12,7 @@ import (
 
 func readGolden(t testing.TB, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "testdata", name+".golden"))
+	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "pkg", "redirect", "iptables", "testdata", name+".golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func readGolden(t testing.TB, name string) string {
 }
 
 // GoldenTable returns the nat table of one family after ADD from the
-// pkg/redirect golden file name (the section ends where the next "## "
+// pkg/redirect/iptables golden file name (the section ends where the next "## "
 // heading starts).
 func GoldenTable(t testing.TB, name string, fam redirect.Family) string {
 	t.Helper()

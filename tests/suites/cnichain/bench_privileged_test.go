@@ -18,6 +18,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -98,7 +99,7 @@ func stats(samples []time.Duration) (median, p99, mean, minimum time.Duration) {
 func BenchmarkADD(b *testing.B) {
 	r := testnet.Reserve(b)
 	plugin := installed(b, testbin.Project(b, "consul-cni"))
-	backend, why := redirect.Detector{}.Detect(context.Background())
+	backend, why := iptables.VariantDetector{}.Detect(context.Background())
 	stateDir := b.TempDir()
 	for _, c := range benchConfigs {
 		cmds := sdkoracle.One(b, c.json, false).Commands
@@ -198,7 +199,7 @@ func record(b *testing.B, config, impl string, rules int, samples, cpus []time.D
 	benchMu.Unlock()
 }
 
-func printSummary(b *testing.B, backend redirect.Backend, why string) {
+func printSummary(b *testing.B, backend iptables.Variant, why string) {
 	benchMu.Lock()
 	defer benchMu.Unlock()
 	ms := func(d time.Duration) string { return fmt.Sprintf("%8.1f ms", float64(d.Microseconds())/1000) }

@@ -10,6 +10,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -47,7 +48,7 @@ func assertNftables(t *testing.T, pod *testnet.Netns, js string, dual bool) {
 	}
 	// (An x_tables nat table, emptied, may remain after a switch from
 	// legacy; saveNat shows it holds nothing of ours.)
-	if found, err := nftables.FindIptablesRules(context.Background(), pod.Path); err != nil || found.NFT {
+	if found, err := nftables.FindIptablesRules(context.Background(), pod.Path); err != nil || found.IptablesNFT {
 		t.Errorf("iptables-nft rules beside the nftables table: %+v, %v", found, err)
 	}
 }
@@ -97,7 +98,7 @@ func besideIptablesNft(t *testing.T, r *testnet.Range, ext *testnet.External, ba
 	// runs first).
 	pod.Run(t, "iptables-nft", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "7070", "-j", "DNAT", "--to-destination", "127.0.0.1:8080")
 	pod.Run(t, "iptables-nft", "-t", "nat", "-A", "PREROUTING", "-p", "tcp", "--dport", "9999", "-j", "REDIRECT", "--to-ports", "8080")
-	theirs := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4)
+	theirs := saveNat(t, pod, iptables.VariantNFT, redirect.IPv4)
 
 	rt := cnichain.Runtime("ctr-beside-"+backend, pod.Path, [2]string{"CONSUL_IPTABLES_CONFIG", cfg})
 	res, err := chain.Add(ctx, rt)
@@ -123,14 +124,14 @@ func besideIptablesNft(t *testing.T, r *testnet.Range, ext *testnet.External, ba
 	}
 	if backend == backendNftables {
 		assertNftables(t, pod, cfg, false)
-		if got := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4); got != theirs {
+		if got := saveNat(t, pod, iptables.VariantNFT, redirect.IPv4); got != theirs {
 			t.Errorf("ADD changed the other rules\n%s\nwant\n%s", got, theirs)
 		}
 	}
 	if err := chain.Del(ctx, rt); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if got := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4); got != theirs {
+	if got := saveNat(t, pod, iptables.VariantNFT, redirect.IPv4); got != theirs {
 		t.Fatalf("DEL left a different nat table\n%s\nwant (the other rules only)\n%s", got, theirs)
 	}
 	if ok, err := nftables.Present(ctx, pod.Path); err != nil || ok {

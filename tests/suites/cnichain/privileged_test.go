@@ -27,7 +27,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -231,19 +232,19 @@ func podIP(t *testing.T, res types.Result, v6 bool) netip.Addr {
 }
 
 // saveNat is the normalized nat table of a namespace.
-func saveNat(t *testing.T, ns *testnet.Netns, b redirect.Backend, fam redirect.Family) string {
+func saveNat(t *testing.T, ns *testnet.Netns, b iptables.Variant, fam redirect.Family) string {
 	t.Helper()
-	out, err := (&redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}).Save(context.Background(), fam)
+	out, err := (&iptables.NetnsExecutor{NetNS: ns.Path, Variant: b}).Save(context.Background(), fam)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redirecttest.Normalize(out)
+	return iptablestest.Normalize(out)
 }
 
 // sdkTable runs the command sequence of Consul's SDK v0.18.1 (the oracle,
 // tests/harness/sdkoracle) in a fresh namespace and returns the resulting
 // nat tables.
-func sdkTable(t *testing.T, r *testnet.Range, b redirect.Backend, js string, dual bool) [2]string {
+func sdkTable(t *testing.T, r *testnet.Range, b iptables.Variant, js string, dual bool) [2]string {
 	t.Helper()
 	ns := r.NewNetns(t, "sdk")
 	for _, c := range sdkoracle.One(t, js, dual).Commands {
@@ -258,13 +259,13 @@ func sdkTable(t *testing.T, r *testnet.Range, b redirect.Backend, js string, dua
 	return [2]string{saveNat(t, ns, b, redirect.IPv4), saveNat(t, ns, b, redirect.IPv6)}
 }
 
-func backendFor(t *testing.T, name string) redirect.Backend {
-	b, auto, err := redirect.ParseBackend(name)
+func backendFor(t *testing.T, name string) iptables.Variant {
+	b, auto, err := iptables.ParseVariant(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if auto {
-		b, _ = redirect.Detector{}.Detect(context.Background())
+		b, _ = iptables.VariantDetector{}.Detect(context.Background())
 	}
 	return b
 }
@@ -273,7 +274,7 @@ func consulEntry(t *testing.T, backend string, extra map[string]any) map[string]
 	dir := t.TempDir()
 	e := map[string]any{
 		cniconf.KeyCNIBinDir: "/opt/cni/bin", cniconf.KeyCNINetDir: dir, cniconf.KeyKubeconfig: cniconf.ConsulK8sKubeconfigFileName,
-		cniconf.KeyLogLevel: "debug", cniconf.KeyMultus: false, "state_dir": dir, "iptables_backend": backend,
+		cniconf.KeyLogLevel: "debug", cniconf.KeyMultus: false, "state_dir": dir, "iptables_variant": backend,
 		"log_file": filepath.Join(dir, "consul-cni.log"),
 	}
 	for k, v := range extra {
@@ -374,7 +375,7 @@ func TestTrafficSingleStack(t *testing.T) {
 func assertSingleStackTables(t *testing.T, r *testnet.Range, pod *testnet.Netns, backend, cfg string, consul bool) {
 	t.Helper()
 	if !consul {
-		if got := saveNat(t, pod, redirect.BackendNFT, redirect.IPv4); strings.Contains(got, "CONSUL") {
+		if got := saveNat(t, pod, iptables.VariantNFT, redirect.IPv4); strings.Contains(got, "CONSUL") {
 			t.Fatalf("rules without the plugin:\n%s", got)
 		}
 		return

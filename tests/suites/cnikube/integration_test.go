@@ -31,7 +31,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -224,12 +225,12 @@ func natTable(t *testing.T, ns *testnet.Netns) string {
 
 func natTableOf(t *testing.T, ns *testnet.Netns, fam redirect.Family) string {
 	t.Helper()
-	b, _ := redirect.Detector{}.Detect(context.Background())
-	out, err := (&redirect.NetnsExecutor{NetNS: ns.Path, Backend: b}).Save(context.Background(), fam)
+	b, _ := iptables.VariantDetector{}.Detect(context.Background())
+	out, err := (&iptables.NetnsExecutor{NetNS: ns.Path, Variant: b}).Save(context.Background(), fam)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redirecttest.Normalize(out)
+	return iptablestest.Normalize(out)
 }
 
 func goldenDefault(t *testing.T) string {

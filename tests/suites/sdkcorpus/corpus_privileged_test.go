@@ -26,7 +26,7 @@ import (
 var (
 	corpusN       = flag.Int("corpus.n", envInt("CCR_CORPUS_N", 2000), "number of generated configurations (default $CCR_CORPUS_N, else 2000)")
 	corpusSeed    = flag.Uint64("corpus.seed", sdkoracle.DefaultSeed, "seed of the generated configurations")
-	corpusBackend = flag.String("corpus.iptables-backend", "auto", "iptables backend of the iptables corpus: nft, legacy or auto (the host's)")
+	corpusVariant = flag.String("corpus.iptables-variant", "auto", "variant of the iptables tools for the iptables corpus: nft, legacy or auto (the host's)")
 	corpusWorkers = flag.Int("corpus.workers", 4, "configurations applied in parallel (each worker owns a pair of namespaces)")
 )
 

@@ -14,7 +14,8 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -50,23 +51,23 @@ func iptablesAllowed(c sdkoracle.Case, outcome string) bool {
 
 type iptWorker struct {
 	sdk, ours *testnet.Netns
-	backend   redirect.Backend
+	variant   iptables.Variant
 }
 
 // TestIPTablesCorpusMatchesSDK applies each configuration of the corpus
 // with SDK v0.18.1's own commands (one iptables exec per rule, as the SDK
-// runs them) in one namespace and through pkg/redirect (the plugin's
+// runs them) in one namespace and through pkg/redirect/iptables (the plugin's
 // parse, build and atomic restore) in another, with the host's iptables
-// backend, and compares the IPv4 and IPv6 nat tables.
+// variant, and compares the IPv4 and IPv6 nat tables.
 func TestIPTablesCorpusMatchesSDK(t *testing.T) {
 	r := requireRoot(t)
-	backend, auto, err := redirect.ParseBackend(*corpusBackend)
+	variant, auto, err := iptables.ParseVariant(*corpusVariant)
 	if err != nil {
-		t.Fatalf("-corpus.iptables-backend: %v", err)
+		t.Fatalf("-corpus.iptables-variant: %v", err)
 	}
-	why := "-corpus.iptables-backend"
+	why := "-corpus.iptables-variant"
 	if auto {
-		backend, why = redirect.Detector{}.Detect(context.Background())
+		variant, why = iptables.VariantDetector{}.Detect(context.Background())
 	}
 	cases := sdkoracle.Corpus(*corpusSeed, *corpusN)
 	in := make([]sdkoracle.Input, 0, 3*len(cases))
@@ -77,11 +78,11 @@ func TestIPTablesCorpusMatchesSDK(t *testing.T) {
 	sdk := sdkoracle.IPTables(t, in)
 	start := time.Now()
 	res := pool(t, len(cases), func(w int) iptWorker {
-		return iptWorker{r.NewNetns(t, fmt.Sprintf("sdk%d", w)), r.NewNetns(t, fmt.Sprintf("ours%d", w)), backend}
+		return iptWorker{r.NewNetns(t, fmt.Sprintf("sdk%d", w)), r.NewNetns(t, fmt.Sprintf("ours%d", w)), variant}
 	}, func(w iptWorker, i int) result {
 		return w.run(cases[i], sdk[3*i], sdk[3*i+1], sdk[3*i+2])
 	})
-	t.Logf("iptables backend %s (%s)", backend, why)
+	t.Logf("iptables variant %s (%s)", variant, why)
 	report(t, cases, res, iptablesAllowed, time.Since(start))
 }
 
@@ -166,8 +167,8 @@ func (w iptWorker) applyOurs(c sdkoracle.Case) string {
 	if err != nil {
 		return err.Error()
 	}
-	ex := &redirect.NetnsExecutor{NetNS: w.ours.Path, Backend: w.backend}
-	if err := redirect.Apply(context.Background(), ex, redirect.Build(cfg)); err != nil {
+	ex := &iptables.NetnsExecutor{NetNS: w.ours.Path, Variant: w.variant}
+	if err := iptables.Apply(context.Background(), ex, iptables.Build(cfg)); err != nil {
 		return err.Error()
 	}
 	return ""
@@ -199,7 +200,7 @@ func (w iptWorker) replay(cmds [][]string) string {
 				continue
 			}
 			in, lineCmd := restoreInput(own)
-			cmd := exec.Command(w.backend.Command(fam, "restore"), "--noflush")
+			cmd := exec.Command(w.variant.Command(fam, "restore"), "--noflush")
 			cmd.Stdin = strings.NewReader(in)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				msg = fmt.Sprintf("%s: %v: %s", refused(own, lineCmd, out), err, strings.TrimSpace(string(out)))
@@ -281,28 +282,28 @@ func refused(cmds [][]string, lineCmd []int, out []byte) string {
 func (w iptWorker) compare() string {
 	var b strings.Builder
 	for _, fam := range redirect.Families {
-		ours, err1 := (&redirect.NetnsExecutor{NetNS: w.ours.Path, Backend: w.backend}).Save(context.Background(), fam)
-		sdk, err2 := (&redirect.NetnsExecutor{NetNS: w.sdk.Path, Backend: w.backend}).Save(context.Background(), fam)
+		ours, err1 := (&iptables.NetnsExecutor{NetNS: w.ours.Path, Variant: w.variant}).Save(context.Background(), fam)
+		sdk, err2 := (&iptables.NetnsExecutor{NetNS: w.sdk.Path, Variant: w.variant}).Save(context.Background(), fam)
 		if err1 != nil || err2 != nil {
 			return fmt.Sprintf("%s save: %v %v", fam, err1, err2)
 		}
-		if o, s := redirecttest.Normalize(ours), redirecttest.Normalize(sdk); o != s {
+		if o, s := iptablestest.Normalize(ours), iptablestest.Normalize(sdk); o != s {
 			fmt.Fprintf(&b, "%s nat table:\n%s", fam, lineDiff(o, s))
 		}
 	}
 	return b.String()
 }
 
-func (w iptWorker) resetSDK() { flush(w.sdk.Path, w.backend) }
+func (w iptWorker) resetSDK() { flush(w.sdk.Path, w.variant) }
 
 func (w iptWorker) reset() {
-	flush(w.sdk.Path, w.backend)
-	flush(w.ours.Path, w.backend)
+	flush(w.sdk.Path, w.variant)
+	flush(w.ours.Path, w.variant)
 }
 
 // flush empties the nat table of both families (a restore without
 // --noflush: every chain flushed, user chains deleted).
-func flush(ns string, b redirect.Backend) {
+func flush(ns string, b iptables.Variant) {
 	redirect.InNetns(ns, func() error {
 		for _, fam := range redirect.Families {
 			cmd := exec.Command(b.Command(fam, "restore"))

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/sdkoracle"
 )
 
@@ -20,8 +20,8 @@ func TestCorpusComparisonsSeeOneRule(t *testing.T) {
 	theirs := sdkoracle.Case{Name: "a", JSON: a}
 	ours := sdkoracle.Case{Name: "b", JSON: b}
 
-	backend, _ := redirect.Detector{}.Detect(context.Background())
-	w := iptWorker{r.NewNetns(t, "sdk"), r.NewNetns(t, "ours"), backend}
+	variant, _ := iptables.VariantDetector{}.Detect(context.Background())
+	w := iptWorker{r.NewNetns(t, "sdk"), r.NewNetns(t, "ours"), variant}
 	sdk := sdkoracle.One(t, a, false)
 	res := w.run(ours, sdk, sdk, sdk)
 	if res.outcome != differ || !strings.Contains(res.detail, "-sdk  -A CONSUL_PROXY_INBOUND -p tcp -m tcp --dport 22 -j RETURN") ||

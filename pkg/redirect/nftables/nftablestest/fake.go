@@ -1,5 +1,5 @@
 // Package nftablestest is an in-memory stand-in for the nftables backend's
-// kernel side (nftables.Netlink), for unit tests of its callers.
+// kernel side (nftables.Kernel), for unit tests of its callers.
 package nftablestest
 
 import (
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 )
 
@@ -15,7 +16,7 @@ type Fake struct {
 	mu     sync.Mutex
 	tables map[string]string
 	// Iptables is what FindIptablesRules reports.
-	Iptables nftables.IptablesRules
+	Iptables redirect.Leftovers
 	// ApplyErr, when set, makes Apply fail without a change.
 	ApplyErr error
 }
@@ -67,16 +68,16 @@ func (f *Fake) Present(_ context.Context, nsPath string) (bool, error) {
 	return ok, nil
 }
 
-func (f *Fake) FindIptablesRules(context.Context, string) (nftables.IptablesRules, error) {
+func (f *Fake) FindIptablesRules(context.Context, string) (redirect.Leftovers, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.Iptables, nil
 }
 
 // ApplyUnlessIptables reports Iptables when it has any, else applies.
-func (f *Fake) ApplyUnlessIptables(ctx context.Context, nsPath string, t nftables.Table) (nftables.IptablesRules, error) {
+func (f *Fake) ApplyUnlessIptables(ctx context.Context, nsPath string, t nftables.Table) (redirect.Leftovers, error) {
 	if found, _ := f.FindIptablesRules(ctx, nsPath); found.Any() {
 		return found, nil
 	}
-	return nftables.IptablesRules{}, f.Apply(ctx, nsPath, t)
+	return redirect.Leftovers{}, f.Apply(ctx, nsPath, t)
 }

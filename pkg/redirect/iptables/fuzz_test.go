@@ -1,4 +1,4 @@
-package redirect_test
+package iptables_test
 
 import (
 	"context"
@@ -6,7 +6,8 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 )
 
 // FuzzBuild: whatever the annotation holds, either it is rejected or every
@@ -21,21 +22,21 @@ func FuzzBuild(f *testing.F) {
 		if err != nil {
 			return
 		}
-		sets := redirect.Build(cfg)
+		sets := iptables.Build(cfg)
 		assertSafe(t, sets)
 		ctx := context.Background()
-		fk := &redirecttest.Fake{}
-		if err := redirect.Apply(ctx, fk, sets); err != nil {
+		fk := &iptablestest.Fake{}
+		if err := iptables.Apply(ctx, fk, sets); err != nil {
 			t.Fatalf("apply: %v", err)
 		}
 		first := fk.Table(redirect.IPv4) + fk.Table(redirect.IPv6)
-		if err := redirect.Apply(ctx, fk, sets); err != nil {
+		if err := iptables.Apply(ctx, fk, sets); err != nil {
 			t.Fatalf("re-apply: %v", err)
 		}
 		if again := fk.Table(redirect.IPv4) + fk.Table(redirect.IPv6); again != first {
 			t.Fatalf("re-apply changed the table")
 		}
-		if err := redirect.Check(ctx, fk, sets); err != nil {
+		if err := iptables.Check(ctx, fk, sets); err != nil {
 			t.Fatalf("check: %v", err)
 		}
 	})

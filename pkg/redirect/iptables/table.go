@@ -1,10 +1,12 @@
-package redirect
+package iptables
 
 import (
 	"bufio"
 	"bytes"
 	"fmt"
 	"strings"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 // Current is the nat table of one family as iptables-save printed it.
@@ -28,7 +30,7 @@ func (c *Current) HasChain(name string) bool {
 // Ours reports whether anything of ours is in the table: one of our chains
 // (a rule can only jump to a chain that exists, so no chain means no jump).
 func (c *Current) Ours() bool {
-	for _, n := range Chains {
+	for _, n := range redirect.Chains {
 		if c.HasChain(n) {
 			return true
 		}
@@ -41,11 +43,11 @@ func (c *Current) Ours() bool {
 func (c *Current) jumpsToOurs() []Rule {
 	var out []Rule
 	for _, chain := range c.Chains {
-		if IsOurChain(chain) {
+		if redirect.IsOurChain(chain) {
 			continue
 		}
 		for _, spec := range c.Rules[chain] {
-			if IsOurChain(target(tokens(spec))) {
+			if redirect.IsOurChain(target(tokens(spec))) {
 				out = append(out, Rule{Chain: chain, Args: tokens(spec)})
 			}
 		}
@@ -67,10 +69,10 @@ func ParseSave(out []byte) (*Current, error) {
 		switch {
 		case line == "" || strings.HasPrefix(line, "#"):
 		case strings.HasPrefix(line, "*"):
-			inNat = line == "*"+Table
+			inNat = line == "*"+redirect.Table
 			if inNat {
 				if seenNat {
-					return nil, fmt.Errorf("iptables-save output line %d: second %s table", n, Table)
+					return nil, fmt.Errorf("iptables-save output line %d: second %s table", n, redirect.Table)
 				}
 				seenNat = true
 			}

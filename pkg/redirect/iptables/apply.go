@@ -1,24 +1,21 @@
-package redirect
+package iptables
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-)
 
-// CleanupTimeout bounds the removal of partial rules after a failure. It
-// runs on a context of its own: the failure may be the caller's deadline.
-const CleanupTimeout = 10 * time.Second
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+)
 
 // Executor runs iptables-save and iptables-restore for the nat table of one
 // network namespace. Restore applies its input atomically: either all of it
 // or, on error, none of it.
 type Executor interface {
 	// Save returns `iptables-save -t nat` (ip6tables-save for IPv6).
-	Save(ctx context.Context, fam Family) ([]byte, error)
+	Save(ctx context.Context, fam redirect.Family) ([]byte, error)
 	// Restore runs `iptables-restore --noflush` with the input.
-	Restore(ctx context.Context, fam Family, input []byte) error
+	Restore(ctx context.Context, fam redirect.Family, input []byte) error
 }
 
 // Apply installs the rule sets so that each family's nat table ends up with
@@ -31,9 +28,9 @@ type Executor interface {
 // existing state is found, families not in sets (an IPv6 pass left by an
 // earlier dual-stack ADD) are cleaned up too.
 func Apply(ctx context.Context, ex Executor, sets []RuleSet) error {
-	var done []Family
+	var done []redirect.Family
 	fail := func(err error) error {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redirect.CleanupTimeout)
 		defer cancel()
 		if cerr := Remove(cctx, ex, append(done, FamiliesOf(sets)...)); cerr != nil {
 			return fmt.Errorf("%w (and removing the partial rules failed too, some may be left: %v)", err, cerr)
@@ -58,7 +55,7 @@ func Apply(ctx context.Context, ex Executor, sets []RuleSet) error {
 			return fail(err)
 		}
 		done = append(done, rs.Family)
-		if rs.Family == IPv4 {
+		if rs.Family == redirect.IPv4 {
 			removeOthers(ctx, ex, sets)
 		}
 	}
@@ -70,8 +67,8 @@ func Apply(ctx context.Context, ex Executor, sets []RuleSet) error {
 // list that table, and rules left in it would redirect traffic to the proxy,
 // never let it bypass.
 func removeOthers(ctx context.Context, ex Executor, sets []RuleSet) {
-	var others []Family
-	for _, f := range Families {
+	var others []redirect.Family
+	for _, f := range redirect.Families {
 		in := false
 		for _, s := range sets {
 			in = in || s.Family == f
@@ -116,8 +113,8 @@ func (e *CheckError) Error() string {
 // Remove deletes everything of ours from the nat tables of the given
 // families (Families for both). Tables without our chains are left
 // untouched, so Remove is idempotent.
-func Remove(ctx context.Context, ex Executor, fams []Family) error {
-	seen := map[Family]bool{}
+func Remove(ctx context.Context, ex Executor, fams []redirect.Family) error {
+	seen := map[redirect.Family]bool{}
 	var errs []error
 	for _, f := range fams {
 		if seen[f] {
@@ -138,7 +135,7 @@ func Remove(ctx context.Context, ex Executor, fams []Family) error {
 	return errors.Join(errs...)
 }
 
-func readTable(ctx context.Context, ex Executor, fam Family) (*Current, error) {
+func readTable(ctx context.Context, ex Executor, fam redirect.Family) (*Current, error) {
 	out, err := ex.Save(ctx, fam)
 	if err != nil {
 		return nil, err

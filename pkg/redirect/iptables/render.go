@@ -1,9 +1,11 @@
-package redirect
+package iptables
 
 import (
 	"bytes"
 	"fmt"
 	"strings"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 // RestoreNew renders the rule set as `iptables-restore --noflush` input for
@@ -11,8 +13,8 @@ import (
 // fails (and so changes nothing) if any of them already exists.
 func (rs RuleSet) RestoreNew() []byte {
 	var b bytes.Buffer
-	b.WriteString("*" + Table + "\n")
-	for _, c := range Chains {
+	b.WriteString("*" + redirect.Table + "\n")
+	for _, c := range redirect.Chains {
 		b.WriteString("-N " + c + "\n")
 	}
 	for _, r := range rs.Rules {
@@ -29,11 +31,11 @@ func (rs RuleSet) RestoreNew() []byte {
 // restore it is atomic, and applying it twice gives the same table.
 func (rs RuleSet) RestoreReplace(cur *Current) []byte {
 	var b bytes.Buffer
-	b.WriteString("*" + Table + "\n")
+	b.WriteString("*" + redirect.Table + "\n")
 	for _, r := range cur.jumpsToOurs() {
 		b.WriteString("-D " + r.Chain + " " + quoteSpec(r.Args) + "\n")
 	}
-	for _, c := range Chains {
+	for _, c := range redirect.Chains {
 		// With --noflush a chain line creates the chain, or flushes it when
 		// it exists.
 		b.WriteString(":" + c + " - [0:0]\n")
@@ -53,12 +55,12 @@ func Cleanup(cur *Current) []byte {
 		return nil
 	}
 	var b bytes.Buffer
-	b.WriteString("*" + Table + "\n")
+	b.WriteString("*" + redirect.Table + "\n")
 	for _, r := range cur.jumpsToOurs() {
 		b.WriteString("-D " + r.Chain + " " + quoteSpec(r.Args) + "\n")
 	}
 	var present []string
-	for _, c := range Chains {
+	for _, c := range redirect.Chains {
 		if cur.HasChain(c) {
 			present = append(present, c)
 		}
@@ -76,7 +78,7 @@ func Cleanup(cur *Current) []byte {
 
 // Drift lists how a table differs from a rule set.
 type Drift struct {
-	Family   Family
+	Family   redirect.Family
 	Problems []string
 }
 
@@ -90,7 +92,7 @@ func (d *Drift) Error() string {
 // chains jump to ours exactly as expected (same rules, same order).
 func (rs RuleSet) Check(cur *Current) *Drift {
 	d := &Drift{Family: rs.Family}
-	for _, c := range Chains {
+	for _, c := range redirect.Chains {
 		if !cur.HasChain(c) {
 			d.Problems = append(d.Problems, "chain "+c+" is missing")
 			continue
@@ -108,7 +110,7 @@ func (rs RuleSet) Check(cur *Current) *Drift {
 		}
 	}
 	for _, r := range rs.Rules {
-		if !IsOurChain(r.Chain) {
+		if !redirect.IsOurChain(r.Chain) {
 			note(r.Chain)
 			want[r.Chain] = append(want[r.Chain], r.Spec())
 		}

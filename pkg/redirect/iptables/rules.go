@@ -1,17 +1,18 @@
-// Package redirect turns a validated transparent-proxy configuration into
-// the nat-table rules Consul's SDK (v0.18.1, the version consul-k8s pins)
-// installs in a pod's network namespace, and applies, verifies and removes
-// them atomically with iptables-restore.
+// Package iptables is the iptables backend: it turns a validated
+// transparent-proxy configuration into the nat-table rules Consul's SDK
+// (v0.18.1, the version consul-k8s pins) installs in a pod's network
+// namespace, and applies, verifies and removes them atomically with
+// iptables-restore, with the variant of the tools (nft or legacy) the node
+// itself uses (VariantDetector).
 //
 // The rules are data: Build returns one RuleSet per address family, every
 // rule already in the canonical form iptables-save prints. A RuleSet renders
 // as iptables-restore input (RestoreNew, RestoreReplace), as a cleanup
 // (Cleanup) and as the expectation CHECK compares against (Check). Running
 // the tools is left to an Executor, so the logic is tested against an
-// in-memory fake and the real one only has to run two commands.
-//
-// The package knows nothing of Kubernetes.
-package redirect
+// in-memory fake (iptablestest) and the real one only has to run two
+// commands. Backend is the package as a redirect.Backend.
+package iptables
 
 import (
 	"fmt"
@@ -20,55 +21,8 @@ import (
 	"strings"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
-
-// Family is an address family: which of iptables or ip6tables a rule set
-// belongs to.
-type Family uint8
-
-const (
-	IPv4 Family = 4
-	IPv6 Family = 6
-)
-
-func (f Family) String() string {
-	switch f {
-	case IPv4:
-		return "ipv4"
-	case IPv6:
-		return "ipv6"
-	}
-	return "family(" + strconv.Itoa(int(f)) + ")"
-}
-
-// Families lists both families in the order they are applied.
-var Families = []Family{IPv4, IPv6}
-
-// Table is the only table the rules live in.
-const Table = "nat"
-
-// The chains Consul's SDK creates, with the SDK's names.
-const (
-	ChainInbound         = "CONSUL_PROXY_INBOUND"
-	ChainInboundRedirect = "CONSUL_PROXY_IN_REDIRECT"
-	ChainOutput          = "CONSUL_PROXY_OUTPUT"
-	ChainOutputRedirect  = "CONSUL_PROXY_REDIRECT"
-	ChainDNS             = "CONSUL_DNS_REDIRECT"
-)
-
-// Chains lists our chains in the order the SDK creates them. All five are
-// always created, also when DNS redirection is off.
-var Chains = []string{ChainInbound, ChainInboundRedirect, ChainOutput, ChainOutputRedirect, ChainDNS}
-
-// IsOurChain reports whether a chain name is one of Chains.
-func IsOurChain(name string) bool {
-	for _, c := range Chains {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}
 
 // Rule is one rule of the nat table: the chain it is in and its match and
 // target arguments in the canonical order and spelling iptables-save uses,
@@ -93,7 +47,7 @@ func (r Rule) Target() string { return target(r.Args) }
 // the SDK's appends and head inserts. Rules of the built-in chains
 // (PREROUTING, OUTPUT) are appended after whatever those chains hold.
 type RuleSet struct {
-	Family Family
+	Family redirect.Family
 	Rules  []Rule
 }
 
@@ -118,14 +72,14 @@ func (rs RuleSet) ChainRules(chain string) []Rule {
 // for every list it can apply, the result is the same.)
 func Build(cfg annotations.TrafficConfig) []RuleSet {
 	if !cfg.DualStack {
-		return []RuleSet{build(cfg, IPv4, true)}
+		return []RuleSet{build(cfg, redirect.IPv4, true)}
 	}
-	return []RuleSet{build(cfg, IPv4, false), build(cfg, IPv6, true)}
+	return []RuleSet{build(cfg, redirect.IPv4, false), build(cfg, redirect.IPv6, true)}
 }
 
-// Families returns the families of a list of rule sets.
-func FamiliesOf(sets []RuleSet) []Family {
-	out := make([]Family, 0, len(sets))
+// FamiliesOf returns the families of a list of rule sets.
+func FamiliesOf(sets []RuleSet) []redirect.Family {
+	out := make([]redirect.Family, 0, len(sets))
 	for _, s := range sets {
 		out = append(out, s.Family)
 	}
@@ -158,13 +112,13 @@ func (b *builder) insert(chain string, args ...string) { b.add(true, chain, args
 // saveChainOrder is the order iptables-save prints chains in: built-in
 // chains first, then user chains by name.
 var saveChainOrder = []string{"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING",
-	ChainDNS, ChainInbound, ChainInboundRedirect, ChainOutput, ChainOutputRedirect}
+	redirect.ChainDNS, redirect.ChainInbound, redirect.ChainInboundRedirect, redirect.ChainOutput, redirect.ChainOutputRedirect}
 
-func build(cfg annotations.TrafficConfig, fam Family, dns bool) RuleSet {
+func build(cfg annotations.TrafficConfig, fam redirect.Family, dns bool) RuleSet {
 	b := &builder{chains: map[string][]Rule{}}
 	loopback := "127.0.0.1/32"
 	dnsDefault := netip.MustParseAddr("127.0.0.1")
-	if fam == IPv6 {
+	if fam == redirect.IPv6 {
 		loopback = "::1/128"
 		dnsDefault = netip.MustParseAddr("::1")
 	}
@@ -175,7 +129,7 @@ func build(cfg annotations.TrafficConfig, fam Family, dns bool) RuleSet {
 	}
 
 	// Outbound: the redirect to the proxy's outbound listener.
-	b.append(ChainOutputRedirect, "-p", "tcp", "-j", "REDIRECT", "--to-ports", u16(cfg.ProxyOutboundPort))
+	b.append(redirect.ChainOutputRedirect, "-p", "tcp", "-j", "REDIRECT", "--to-ports", u16(cfg.ProxyOutboundPort))
 
 	// DNS, before the rule that sends all TCP to the proxy.
 	if dns {
@@ -183,10 +137,10 @@ func build(cfg annotations.TrafficConfig, fam Family, dns bool) RuleSet {
 		case cfg.ConsulDNSIP.IsValid() && cfg.ConsulDNSPort == 0:
 			ip := cfg.ConsulDNSIP.String()
 			for _, proto := range []string{"udp", "tcp"} {
-				b.append(ChainDNS, "-p", proto, "-m", proto, "--dport", "53", "-j", "DNAT", "--to-destination", ip)
+				b.append(redirect.ChainDNS, "-p", proto, "-m", proto, "--dport", "53", "-j", "DNAT", "--to-destination", ip)
 			}
 			for _, proto := range []string{"udp", "tcp"} {
-				b.append("OUTPUT", "-p", proto, "-m", proto, "--dport", "53", "-j", ChainDNS)
+				b.append("OUTPUT", "-p", proto, "-m", proto, "--dport", "53", "-j", redirect.ChainDNS)
 			}
 		case cfg.ConsulDNSPort != 0:
 			ip := dnsDefault
@@ -196,38 +150,38 @@ func build(cfg annotations.TrafficConfig, fam Family, dns bool) RuleSet {
 			dst := hostPrefix(ip)
 			to := netip.AddrPortFrom(ip, cfg.ConsulDNSPort).String()
 			for _, proto := range []string{"udp", "tcp"} {
-				b.append(ChainDNS, "-d", dst, "-p", proto, "-m", proto, "--dport", "53", "-j", "DNAT", "--to-destination", to)
+				b.append(redirect.ChainDNS, "-d", dst, "-p", proto, "-m", proto, "--dport", "53", "-j", "DNAT", "--to-destination", to)
 			}
 			for _, proto := range []string{"udp", "tcp"} {
-				b.append("OUTPUT", "-d", dst, "-p", proto, "-m", proto, "--dport", "53", "-j", ChainDNS)
+				b.append("OUTPUT", "-d", dst, "-p", proto, "-m", proto, "--dport", "53", "-j", redirect.ChainDNS)
 			}
 		}
 	}
 
-	b.append("OUTPUT", "-p", "tcp", "-j", ChainOutput)
-	b.append(ChainOutput, "-m", "owner", "--uid-owner", u32(cfg.ProxyUserID), "-j", "RETURN")
-	b.append(ChainOutput, "-d", loopback, "-j", "RETURN")
-	b.append(ChainOutput, "-j", ChainOutputRedirect)
+	b.append("OUTPUT", "-p", "tcp", "-j", redirect.ChainOutput)
+	b.append(redirect.ChainOutput, "-m", "owner", "--uid-owner", u32(cfg.ProxyUserID), "-j", "RETURN")
+	b.append(redirect.ChainOutput, "-d", loopback, "-j", "RETURN")
+	b.append(redirect.ChainOutput, "-j", redirect.ChainOutputRedirect)
 	// Exclusions are inserted at the head, so the last listed ends up first.
 	for _, p := range cfg.ExcludeOutboundPorts {
-		b.insert(ChainOutput, append(tcpPort(p), "-j", "RETURN")...)
+		b.insert(redirect.ChainOutput, append(tcpPort(p), "-j", "RETURN")...)
 	}
 	for _, c := range cfg.ExcludeOutboundCIDRs {
-		if (fam == IPv4) != c.Addr().Is4() {
+		if (fam == redirect.IPv4) != c.Addr().Is4() {
 			continue
 		}
-		b.insert(ChainOutput, "-d", c.Masked().String(), "-j", "RETURN")
+		b.insert(redirect.ChainOutput, "-d", c.Masked().String(), "-j", "RETURN")
 	}
 	for _, u := range cfg.ExcludeUIDs {
-		b.insert(ChainOutput, "-m", "owner", "--uid-owner", u32(u), "-j", "RETURN")
+		b.insert(redirect.ChainOutput, "-m", "owner", "--uid-owner", u32(u), "-j", "RETURN")
 	}
 
 	// Inbound.
-	b.append(ChainInboundRedirect, "-p", "tcp", "-j", "REDIRECT", "--to-ports", u16(cfg.ProxyInboundPort))
-	b.append("PREROUTING", "-p", "tcp", "-j", ChainInbound)
-	b.append(ChainInbound, "-p", "tcp", "-j", ChainInboundRedirect)
+	b.append(redirect.ChainInboundRedirect, "-p", "tcp", "-j", "REDIRECT", "--to-ports", u16(cfg.ProxyInboundPort))
+	b.append("PREROUTING", "-p", "tcp", "-j", redirect.ChainInbound)
+	b.append(redirect.ChainInbound, "-p", "tcp", "-j", redirect.ChainInboundRedirect)
 	for _, p := range cfg.ExcludeInboundPorts {
-		b.insert(ChainInbound, append(tcpPort(p), "-j", "RETURN")...)
+		b.insert(redirect.ChainInbound, append(tcpPort(p), "-j", "RETURN")...)
 	}
 
 	rs := RuleSet{Family: fam}

@@ -1,4 +1,4 @@
-package redirect
+package iptables
 
 import (
 	"bytes"
@@ -9,14 +9,17 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
 // Runner runs a tool (by name) in the node's own network namespace and
 // returns its standard output.
 type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
-// Detector finds the node's backend. Its zero value runs the real tools.
-type Detector struct {
+// VariantDetector finds the iptables variant the node uses. Its zero value
+// runs the real tools.
+type VariantDetector struct {
 	// Run runs a save tool; nil means ExecRunner.
 	Run Runner
 	// Look finds an installed tool; nil means LookTool.
@@ -24,20 +27,20 @@ type Detector struct {
 }
 
 // kubeHints are the chains kubelet creates in the mangle table of the
-// backend the node uses; kube-proxy's iptables wrapper looks for them first.
+// variant the node uses; kube-proxy's iptables wrapper looks for them first.
 var kubeHints = []string{":KUBE-IPTABLES-HINT", ":KUBE-KUBELET-CANARY"}
 
-// Detect chooses the backend the node uses, the way kube-proxy's
+// Detect chooses the variant the node uses, the way kube-proxy's
 // iptables wrapper and Istio do, from the tables of the node's own network
 // namespace (the plugin is started in it):
 //  1. kubelet's hint chains in the mangle table of nft, else of legacy;
-//  2. otherwise the backend holding more rules (IPv4 and IPv6 together),
+//  2. otherwise the variant holding more rules (IPv4 and IPv6 together),
 //     nft when equal;
-//  3. a backend whose tools are not installed is never chosen; when neither
-//     variant is installed, plain iptables-restore (BackendDefault).
+//  3. a variant whose tools are not installed is never chosen; when neither
+//     variant is installed, plain iptables-restore (VariantDefault).
 //
 // The reason says which step decided, for the log.
-func (d Detector) Detect(ctx context.Context) (Backend, string) {
+func (d VariantDetector) Detect(ctx context.Context) (Variant, string) {
 	run, look := d.Run, d.Look
 	if run == nil {
 		run = ExecRunner
@@ -45,22 +48,22 @@ func (d Detector) Detect(ctx context.Context) (Backend, string) {
 	if look == nil {
 		look = LookTool
 	}
-	have := func(b Backend) bool {
-		_, err := look(b.Command(IPv4, "restore"))
+	have := func(b Variant) bool {
+		_, err := look(b.Command(redirect.IPv4, "restore"))
 		return err == nil
 	}
-	nftOK, legacyOK := have(BackendNFT), have(BackendLegacy)
+	nftOK, legacyOK := have(VariantNFT), have(VariantLegacy)
 	switch {
 	case !nftOK && !legacyOK:
-		return BackendDefault, "neither iptables-nft nor iptables-legacy is installed"
+		return VariantDefault, "neither iptables-nft nor iptables-legacy is installed"
 	case !legacyOK:
-		return BackendNFT, "iptables-legacy is not installed"
+		return VariantNFT, "iptables-legacy is not installed"
 	case !nftOK:
-		return BackendLegacy, "iptables-nft is not installed"
+		return VariantLegacy, "iptables-nft is not installed"
 	}
-	save := func(b Backend, args ...string) string {
+	save := func(b Variant, args ...string) string {
 		var all []byte
-		for _, f := range Families {
+		for _, f := range redirect.Families {
 			out, _ := run(ctx, b.Command(f, "save"), args...)
 			all = append(all, out...)
 		}
@@ -78,18 +81,18 @@ func (d Detector) Detect(ctx context.Context) (Backend, string) {
 	}
 	// nft save with -t never creates a table; legacy save without -t lists
 	// only existing tables and so loads no kernel module.
-	if hinted(save(BackendNFT, "-t", "mangle")) {
-		return BackendNFT, "kubelet's hint chains are in the nft mangle table"
+	if hinted(save(VariantNFT, "-t", "mangle")) {
+		return VariantNFT, "kubelet's hint chains are in the nft mangle table"
 	}
-	legacy := save(BackendLegacy)
+	legacy := save(VariantLegacy)
 	if hinted(legacy) {
-		return BackendLegacy, "kubelet's hint chains are in the legacy mangle table"
+		return VariantLegacy, "kubelet's hint chains are in the legacy mangle table"
 	}
-	nLegacy, nNFT := countRules(legacy), countRules(save(BackendNFT))
+	nLegacy, nNFT := countRules(legacy), countRules(save(VariantNFT))
 	if nLegacy > nNFT {
-		return BackendLegacy, fmt.Sprintf("legacy holds more rules (%d) than nft (%d)", nLegacy, nNFT)
+		return VariantLegacy, fmt.Sprintf("legacy holds more rules (%d) than nft (%d)", nLegacy, nNFT)
 	}
-	return BackendNFT, fmt.Sprintf("nft holds as many or more rules (%d) than legacy (%d)", nNFT, nLegacy)
+	return VariantNFT, fmt.Sprintf("nft holds as many or more rules (%d) than legacy (%d)", nNFT, nLegacy)
 }
 
 func countRules(out string) int {
@@ -116,25 +119,25 @@ func ExecRunner(ctx context.Context, name string, args ...string) ([]byte, error
 	return stdout.Bytes(), err
 }
 
-// Cached returns the node's backend, remembering a detection in
-// dir/iptables-backend for ttl so that detection (which reads the node's
+// Cached returns the node's variant, remembering a detection in
+// dir/iptables-variant for ttl so that detection (which reads the node's
 // whole ruleset) does not run on every ADD. An unusable dir only disables
 // the cache.
-func (d Detector) Cached(ctx context.Context, dir string, ttl time.Duration) (Backend, string) {
+func (d VariantDetector) Cached(ctx context.Context, dir string, ttl time.Duration) (Variant, string) {
 	file := ""
 	if dir != "" {
-		file = filepath.Join(dir, "iptables-backend")
+		file = filepath.Join(dir, "iptables-variant")
 		if st, err := os.Stat(file); err == nil && time.Since(st.ModTime()) < ttl {
 			if b, err := os.ReadFile(file); err == nil {
 				name := strings.TrimSpace(string(b))
-				if be, auto, err := ParseBackend(name); err == nil && !auto {
+				if be, auto, err := ParseVariant(name); err == nil && !auto {
 					return be, "detected earlier (cached in " + file + ")"
 				}
 			}
 		}
 	}
 	b, why := d.Detect(ctx)
-	if file != "" && b != BackendDefault {
+	if file != "" && b != VariantDefault {
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			tmp := fmt.Sprintf("%s.%d", file, os.Getpid())
 			if os.WriteFile(tmp, []byte(string(b)+"\n"), 0o644) == nil {

@@ -1,4 +1,4 @@
-package redirecttest
+package iptablestest
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 )
 
 func TestSplitArgs(t *testing.T) {
@@ -75,7 +76,7 @@ func TestRestoreIsAtomic(t *testing.T) {
 		"*nat\n:X - [0:0]\n":                                      "line 2 failed: no COMMIT",
 	} {
 		err := f.Exec(redirect.IPv4, in)
-		var te *redirect.ToolError
+		var te *iptables.ToolError
 		if !errors.As(err, &te) || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%q: err %v, want a ToolError with %q", in, err, msg)
 		}

@@ -1,4 +1,4 @@
-package redirect
+package iptables
 
 // Unexported functions the external tests of this package call.
 var (

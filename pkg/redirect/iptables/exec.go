@@ -1,67 +1,64 @@
-package redirect
+package iptables
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
 )
 
-// Backend is the iptables backend: which kernel interface the rules go
-// through. It must be the one the node itself uses (kube-proxy, kubelet),
+// Variant is the variant of the iptables tools: which kernel interface the
+// rules go through. It must be the one the node itself uses (kube-proxy, kubelet),
 // or the pod ends up with rules in two worlds.
-type Backend string
+type Variant string
 
 const (
-	// BackendNFT is iptables over nf_tables (iptables-nft).
-	BackendNFT Backend = "nft"
-	// BackendLegacy is the x_tables interface (iptables-legacy).
-	BackendLegacy Backend = "legacy"
-	// BackendDefault runs plain iptables-restore, whichever backend the
+	// VariantNFT is iptables over nf_tables (iptables-nft).
+	VariantNFT Variant = "nft"
+	// VariantLegacy is the x_tables interface (iptables-legacy).
+	VariantLegacy Variant = "legacy"
+	// VariantDefault runs plain iptables-restore, whichever variant the
 	// system's alternatives point to. Used only when neither variant is
 	// installed.
-	BackendDefault Backend = ""
+	VariantDefault Variant = ""
 )
 
-// ParseBackend reads a configured backend name: "nft", "legacy", or ""/"auto"
-// for detection (returned as BackendDefault with auto=true).
-func ParseBackend(s string) (b Backend, auto bool, err error) {
+// ParseVariant reads a configured variant: "nft", "legacy", or ""/"auto"
+// for detection (returned as VariantDefault with auto=true).
+func ParseVariant(s string) (b Variant, auto bool, err error) {
 	switch strings.ToLower(s) {
 	case "", "auto":
-		return BackendDefault, true, nil
+		return VariantDefault, true, nil
 	case "nft":
-		return BackendNFT, false, nil
+		return VariantNFT, false, nil
 	case "legacy":
-		return BackendLegacy, false, nil
+		return VariantLegacy, false, nil
 	}
-	return "", false, fmt.Errorf("%q is not an iptables backend (want \"auto\", \"nft\" or \"legacy\")", s)
+	return "", false, fmt.Errorf("%q is not an iptables variant (want \"auto\", \"nft\" or \"legacy\")", s)
 }
 
-func (b Backend) String() string {
-	if b == BackendDefault {
+func (b Variant) String() string {
+	if b == VariantDefault {
 		return "default"
 	}
 	return string(b)
 }
 
-// Tool returns the name of the iptables command of the backend for a
+// Tool returns the name of the iptables command of the variant for a
 // family, for example ip6tables-nft.
-func (b Backend) Tool(fam Family) string {
+func (b Variant) Tool(fam redirect.Family) string {
 	base := "iptables"
-	if fam == IPv6 {
+	if fam == redirect.IPv6 {
 		base = "ip6tables"
 	}
-	if b != BackendDefault {
+	if b != VariantDefault {
 		base += "-" + string(b)
 	}
 	return base
@@ -69,7 +66,7 @@ func (b Backend) Tool(fam Family) string {
 
 // Command returns the name of the tool for a family and a verb ("save" or
 // "restore"), for example ip6tables-nft-restore.
-func (b Backend) Command(fam Family, verb string) string {
+func (b Variant) Command(fam redirect.Family, verb string) string {
 	return b.Tool(fam) + "-" + verb
 }
 
@@ -91,14 +88,14 @@ func LookTool(name string) (string, error) {
 	return "", fmt.Errorf("%s not found on PATH or in %s", name, strings.Join(sbinDirs, ", "))
 }
 
-// NetnsExecutor runs the backend's iptables-save and iptables-restore inside
+// NetnsExecutor runs the variant's iptables-save and iptables-restore inside
 // a network namespace: the command is started from an OS thread switched
 // into the namespace, so it inherits it (no nsenter in between).
 type NetnsExecutor struct {
 	// NetNS is the path of the namespace (CNI_NETNS); empty means the
 	// current one.
 	NetNS   string
-	Backend Backend
+	Variant Variant
 	// Wait bounds how long a legacy restore waits for the xtables lock,
 	// which is shared with every other iptables user of the host. Zero
 	// means 10 seconds.
@@ -106,8 +103,8 @@ type NetnsExecutor struct {
 }
 
 // Save implements Executor.
-func (e *NetnsExecutor) Save(ctx context.Context, fam Family) ([]byte, error) {
-	out, err := e.run(ctx, fam, "save", nil, "-t", Table)
+func (e *NetnsExecutor) Save(ctx context.Context, fam redirect.Family) ([]byte, error) {
+	out, err := e.run(ctx, fam, "save", nil, "-t", redirect.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +112,7 @@ func (e *NetnsExecutor) Save(ctx context.Context, fam Family) ([]byte, error) {
 }
 
 // Restore implements Executor.
-func (e *NetnsExecutor) Restore(ctx context.Context, fam Family, input []byte) error {
+func (e *NetnsExecutor) Restore(ctx context.Context, fam redirect.Family, input []byte) error {
 	wait := e.Wait
 	if wait <= 0 {
 		wait = 10 * time.Second
@@ -147,8 +144,8 @@ func (e *ToolError) Error() string {
 
 func (e *ToolError) Unwrap() error { return e.Err }
 
-func (e *NetnsExecutor) run(ctx context.Context, fam Family, verb string, stdin []byte, args ...string) ([]byte, error) {
-	name := e.Backend.Command(fam, verb)
+func (e *NetnsExecutor) run(ctx context.Context, fam redirect.Family, verb string, stdin []byte, args ...string) ([]byte, error) {
+	name := e.Variant.Command(fam, verb)
 	path, err := LookTool(name)
 	if err != nil {
 		return nil, &ToolError{Tool: name, NetNS: e.NetNS, Err: err}
@@ -161,7 +158,7 @@ func (e *NetnsExecutor) run(ctx context.Context, fam Family, verb string, stdin 
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Children are forked from the calling thread, so a command started on a
 	// thread inside the namespace runs inside it.
-	if err := InNetns(e.NetNS, cmd.Run); err != nil {
+	if err := redirect.InNetns(e.NetNS, cmd.Run); err != nil {
 		out := stderr.String()
 		if verb == "restore" && out == "" {
 			out = stdout.String()
@@ -169,43 +166,4 @@ func (e *NetnsExecutor) run(ctx context.Context, fam Family, verb string, stdin 
 		return nil, &ToolError{Tool: name, NetNS: e.NetNS, Err: err, Output: out}
 	}
 	return stdout.Bytes(), nil
-}
-
-// ErrNetnsGone is returned (wrapped) when the namespace path does not exist
-// or is not a namespace any more.
-var ErrNetnsGone = errors.New("network namespace does not exist")
-
-// InNetns runs fn on an OS thread switched into the network namespace at
-// path (the current namespace when path is empty). The thread is discarded
-// afterwards, so no other goroutine ever runs in the namespace.
-func InNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the goroutine's exit terminates the thread, so a
-		// thread left in the pod namespace is never reused.
-		runtime.LockOSThread()
-		h, err := netns.GetFromPath(path)
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				err = fmt.Errorf("%s: %w", path, ErrNetnsGone)
-			}
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			if errors.Is(err, unix.EINVAL) {
-				// The path exists but is not a network namespace (any
-				// more): an unmounted bind mount, a leftover file.
-				err = fmt.Errorf("%w: setns: %v", ErrNetnsGone, err)
-			}
-			errc <- fmt.Errorf("enter netns %s: %w", path, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }

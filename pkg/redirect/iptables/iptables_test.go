@@ -1,4 +1,4 @@
-package redirect_test
+package iptables_test
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/redirecttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables/iptablestest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -22,17 +23,17 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 func TestGolden(t *testing.T) {
 	for _, c := range goldenCases {
 		t.Run(c.name, func(t *testing.T) {
-			sets := redirect.Build(c.config(t))
+			sets := iptables.Build(c.config(t))
 			if want := map[bool]int{false: 1, true: 2}[c.dual]; len(sets) != want {
 				t.Fatalf("%d rule sets, want %d", len(sets), want)
 			}
-			f := &redirecttest.Fake{}
-			if err := redirect.Apply(context.Background(), f, sets); err != nil {
+			f := &iptablestest.Fake{}
+			if err := iptables.Apply(context.Background(), f, sets); err != nil {
 				t.Fatal(err)
 			}
 			tables := map[redirect.Family]string{}
 			for _, fam := range redirect.Families {
-				tables[fam] = redirecttest.Normalize([]byte(f.Table(fam)))
+				tables[fam] = iptablestest.Normalize([]byte(f.Table(fam)))
 			}
 			got := renderGolden(c, sets, tables)
 			path := filepath.Join("testdata", c.name+".golden")
@@ -48,7 +49,7 @@ func TestGolden(t *testing.T) {
 			if got != string(want) {
 				t.Errorf("%s differs from the rendering; rerun with -update if the change is intended\n--- got\n%s--- want\n%s", path, got, want)
 			}
-			if !c.dual && tables[redirect.IPv6] != redirecttest.Normalize([]byte((&redirecttest.Fake{}).Table(redirect.IPv6))) {
+			if !c.dual && tables[redirect.IPv6] != iptablestest.Normalize([]byte((&iptablestest.Fake{}).Table(redirect.IPv6))) {
 				t.Errorf("single stack touched the IPv6 table:\n%s", tables[redirect.IPv6])
 			}
 		})
@@ -62,8 +63,8 @@ func TestDefaultOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := redirect.Build(cfg)[0]
-	out := redirect.Specs(rs.ChainRules(redirect.ChainOutput))
+	rs := iptables.Build(cfg)[0]
+	out := iptables.Specs(rs.ChainRules(redirect.ChainOutput))
 	// 10 UIDs (last first), 10 CIDRs (last first), 10 ports (last first),
 	// then proxy UID, loopback, redirect.
 	if len(out) != 33 {
@@ -76,45 +77,45 @@ func TestDefaultOrder(t *testing.T) {
 		"-m owner --uid-owner 5995 -j RETURN", "-d 127.0.0.1/32 -j RETURN", "-j CONSUL_PROXY_REDIRECT",
 	}
 	got := []string{out[0], out[9], out[10], out[19], out[20], out[29], out[30], out[31], out[32]}
-	if !redirect.Equal(got, want) {
+	if !iptables.Equal(got, want) {
 		t.Fatalf("order\n got %q\nwant %q", got, want)
 	}
-	in := redirect.Specs(rs.ChainRules(redirect.ChainInbound))
+	in := iptables.Specs(rs.ChainRules(redirect.ChainInbound))
 	if in[0] != "-p tcp -m tcp --dport 8009 -j RETURN" || in[10] != "-p tcp -j CONSUL_PROXY_IN_REDIRECT" {
 		t.Fatalf("inbound %q", in)
 	}
 	// DNS jumps come before the TCP jump in OUTPUT.
-	o := redirect.Specs(rs.ChainRules("OUTPUT"))
+	o := iptables.Specs(rs.ChainRules("OUTPUT"))
 	if len(o) != 3 || !strings.Contains(o[0], "-p udp") || !strings.Contains(o[1], "-p tcp -m tcp --dport 53") || o[2] != "-p tcp -j CONSUL_PROXY_OUTPUT" {
 		t.Fatalf("OUTPUT %q", o)
 	}
 }
 
-func mustSets(t *testing.T, js string, dual bool) []redirect.RuleSet {
+func mustSets(t *testing.T, js string, dual bool) []iptables.RuleSet {
 	t.Helper()
 	cfg, err := annotations.ParseRedirectTrafficConfig([]byte(js), dual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redirect.Build(cfg)
+	return iptables.Build(cfg)
 }
 
 func TestReapplyIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range goldenCases {
 		t.Run(c.name, func(t *testing.T) {
-			sets := redirect.Build(c.config(t))
-			f := &redirecttest.Fake{}
+			sets := iptables.Build(c.config(t))
+			f := &iptablestest.Fake{}
 			// Something of someone else's in OUTPUT must survive.
 			if err := f.Exec(redirect.IPv4, "*nat\n-N OTHER\n-A OUTPUT -p udp -j OTHER\nCOMMIT\n"); err != nil {
 				t.Fatal(err)
 			}
-			if err := redirect.Apply(ctx, f, sets); err != nil {
+			if err := iptables.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
 			first := [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}
 			f.Calls = nil
-			if err := redirect.Apply(ctx, f, sets); err != nil {
+			if err := iptables.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
 			if second := [2]string{f.Table(redirect.IPv4), f.Table(redirect.IPv6)}; second != first {
@@ -123,7 +124,7 @@ func TestReapplyIsIdempotent(t *testing.T) {
 			if !strings.Contains(first[0], "-A OUTPUT -p udp -j OTHER") {
 				t.Fatal("foreign rule lost")
 			}
-			if err := redirect.Check(ctx, f, sets); err != nil {
+			if err := iptables.Check(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -131,16 +132,16 @@ func TestReapplyIsIdempotent(t *testing.T) {
 }
 
 func TestFirstAddIsOneRestorePerFamily(t *testing.T) {
-	f := &redirecttest.Fake{}
+	f := &iptablestest.Fake{}
 	sets := mustSets(t, upstreamDefault, false)
-	if err := redirect.Apply(context.Background(), f, sets); err != nil {
+	if err := iptables.Apply(context.Background(), f, sets); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(f.Calls, ",") != "restore ipv4" {
 		t.Fatalf("calls %v", f.Calls)
 	}
 	f.Calls = nil
-	if err := redirect.Apply(context.Background(), f, sets); err != nil {
+	if err := iptables.Apply(context.Background(), f, sets); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(f.Calls, ",") != "restore ipv4,save ipv4,restore ipv4,save ipv6" {
@@ -152,8 +153,8 @@ func TestReapplyConvergesFromPartialState(t *testing.T) {
 	ctx := context.Background()
 	sets := mustSets(t, upstreamDefault, false)
 	want := func() string {
-		f := &redirecttest.Fake{}
-		if err := redirect.Apply(ctx, f, sets); err != nil {
+		f := &iptablestest.Fake{}
+		if err := iptables.Apply(ctx, f, sets); err != nil {
 			t.Fatal(err)
 		}
 		return f.Table(redirect.IPv4)
@@ -164,11 +165,11 @@ func TestReapplyConvergesFromPartialState(t *testing.T) {
 		"-A CONSUL_PROXY_REDIRECT -p tcp -j REDIRECT --to-ports 1\n" +
 		"-A OUTPUT -p tcp -j CONSUL_PROXY_OUTPUT\n-A OUTPUT -p tcp -j CONSUL_PROXY_OUTPUT\n" +
 		"-A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 1 -j RETURN\nCOMMIT\n"
-	f := &redirecttest.Fake{}
+	f := &iptablestest.Fake{}
 	if err := f.Exec(redirect.IPv4, partial); err != nil {
 		t.Fatal(err)
 	}
-	if err := redirect.Apply(ctx, f, sets); err != nil {
+	if err := iptables.Apply(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.Table(redirect.IPv4); got != want {
@@ -178,14 +179,14 @@ func TestReapplyConvergesFromPartialState(t *testing.T) {
 
 func TestDualToSingleRemovesIPv6(t *testing.T) {
 	ctx := context.Background()
-	f := &redirecttest.Fake{}
-	if err := redirect.Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, true)); err != nil {
+	f := &iptablestest.Fake{}
+	if err := iptables.Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, true)); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(f.Table(redirect.IPv6), redirect.ChainOutput) {
 		t.Fatal("no IPv6 rules")
 	}
-	if err := redirect.Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, false)); err != nil {
+	if err := iptables.Apply(ctx, f, mustSets(t, `{"ProxyUserID":"1","ProxyInboundPort":2}`, false)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(f.Table(redirect.IPv6), "CONSUL") {
@@ -195,7 +196,7 @@ func TestDualToSingleRemovesIPv6(t *testing.T) {
 
 func TestFailureLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	empty := [2]string{(&redirecttest.Fake{}).Table(redirect.IPv4), (&redirecttest.Fake{}).Table(redirect.IPv6)}
+	empty := [2]string{(&iptablestest.Fake{}).Table(redirect.IPv4), (&iptablestest.Fake{}).Table(redirect.IPv6)}
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name    string
@@ -223,9 +224,9 @@ func TestFailureLeavesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sets := mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true)
-			f := &redirecttest.Fake{}
+			f := &iptablestest.Fake{}
 			if tc.prepare {
-				if err := redirect.Apply(ctx, f, sets); err != nil {
+				if err := iptables.Apply(ctx, f, sets); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -236,7 +237,7 @@ func TestFailureLeavesNothing(t *testing.T) {
 				}
 				return tc.fail(fam, in)
 			}
-			err := redirect.Apply(ctx, f, sets)
+			err := iptables.Apply(ctx, f, sets)
 			if !errors.Is(err, boom) {
 				t.Fatalf("error %v, want boom", err)
 			}
@@ -247,9 +248,9 @@ func TestFailureLeavesNothing(t *testing.T) {
 	}
 }
 
-// deadlineExec is a redirecttest.Fake whose calls fail once their context is done, as
+// deadlineExec is a iptablestest.Fake whose calls fail once their context is done, as
 // the real tools killed by exec.CommandContext do.
-type deadlineExec struct{ *redirecttest.Fake }
+type deadlineExec struct{ *iptablestest.Fake }
 
 func (e deadlineExec) Save(ctx context.Context, fam redirect.Family) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
@@ -271,7 +272,7 @@ func (e deadlineExec) Restore(ctx context.Context, fam redirect.Family, in []byt
 func TestFailureAtTheDeadlineStillCleansUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := &redirecttest.Fake{}
+	f := &iptablestest.Fake{}
 	f.FailRestore = func(fam redirect.Family, in []byte) error {
 		if fam == redirect.IPv6 && !strings.Contains(string(in), "-X ") {
 			cancel()
@@ -279,7 +280,7 @@ func TestFailureAtTheDeadlineStillCleansUp(t *testing.T) {
 		}
 		return nil
 	}
-	err := redirect.Apply(ctx, deadlineExec{f}, mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true))
+	err := iptables.Apply(ctx, deadlineExec{f}, mustSets(t, `{"ConsulDNSIP":"::1","ProxyUserID":"1","ProxyInboundPort":2}`, true))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no rule of ours was left in place") {
 		t.Fatalf("error %v", err)
 	}
@@ -292,7 +293,7 @@ func TestFailureAtTheDeadlineStillCleansUp(t *testing.T) {
 // be listed (no IPv6) succeeds: cleaning the other family is best effort.
 func TestReapplyWithoutIPv6(t *testing.T) {
 	ctx := context.Background()
-	f := &redirecttest.Fake{FailSave: func(fam redirect.Family) error {
+	f := &iptablestest.Fake{FailSave: func(fam redirect.Family) error {
 		if fam == redirect.IPv6 {
 			return errors.New("ip6tables-save: Table does not exist")
 		}
@@ -300,11 +301,11 @@ func TestReapplyWithoutIPv6(t *testing.T) {
 	}}
 	sets := mustSets(t, upstreamDefault, false)
 	for i := 0; i < 2; i++ {
-		if err := redirect.Apply(ctx, f, sets); err != nil {
+		if err := iptables.Apply(ctx, f, sets); err != nil {
 			t.Fatalf("ADD %d: %v", i+1, err)
 		}
 	}
-	if err := redirect.Check(ctx, f, sets); err != nil {
+	if err := iptables.Check(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -346,11 +347,11 @@ func TestCheckReportsDrift(t *testing.T) {
 		{"chain gone", "-D OUTPUT -p udp -m udp --dport 53 -d 127.0.0.1/32 -j CONSUL_DNS_REDIRECT", nil}, // replaced below
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &redirecttest.Fake{}
-			if err := redirect.Apply(ctx, f, sets); err != nil {
+			f := &iptablestest.Fake{}
+			if err := iptables.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
-			if err := redirect.Check(ctx, f, sets); err != nil {
+			if err := iptables.Check(ctx, f, sets); err != nil {
 				t.Fatalf("check before tampering: %v", err)
 			}
 			tamper, want := tc.tamper, tc.want
@@ -362,8 +363,8 @@ func TestCheckReportsDrift(t *testing.T) {
 			if err := f.Exec(redirect.IPv4, "*nat\n"+tamper+"\nCOMMIT\n"); err != nil {
 				t.Fatal(err)
 			}
-			err := redirect.Check(ctx, f, sets)
-			var ce *redirect.CheckError
+			err := iptables.Check(ctx, f, sets)
+			var ce *iptables.CheckError
 			if !errors.As(err, &ce) {
 				t.Fatalf("want drift, got %v", err)
 			}
@@ -373,10 +374,10 @@ func TestCheckReportsDrift(t *testing.T) {
 				}
 			}
 			// ADD again repairs it.
-			if err := redirect.Apply(ctx, f, sets); err != nil {
+			if err := iptables.Apply(ctx, f, sets); err != nil {
 				t.Fatal(err)
 			}
-			if err := redirect.Check(ctx, f, sets); err != nil {
+			if err := iptables.Check(ctx, f, sets); err != nil {
 				t.Fatalf("after re-ADD: %v", err)
 			}
 		})
@@ -385,12 +386,12 @@ func TestCheckReportsDrift(t *testing.T) {
 
 func TestRemoveIsIdempotentAndKeepsOthers(t *testing.T) {
 	ctx := context.Background()
-	f := &redirecttest.Fake{}
+	f := &iptablestest.Fake{}
 	if err := f.Exec(redirect.IPv4, "*nat\n-N OTHER\n-A OUTPUT -p udp -j OTHER\n-A OTHER -j RETURN\nCOMMIT\n"); err != nil {
 		t.Fatal(err)
 	}
 	before := f.Table(redirect.IPv4)
-	if err := redirect.Apply(ctx, f, mustSets(t, upstreamDefault, false)); err != nil {
+	if err := iptables.Apply(ctx, f, mustSets(t, upstreamDefault, false)); err != nil {
 		t.Fatal(err)
 	}
 	// A foreign chain that jumps into ours (with a comment) is unhooked too.
@@ -398,7 +399,7 @@ func TestRemoveIsIdempotentAndKeepsOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if err := redirect.Remove(ctx, f, redirect.Families); err != nil {
+		if err := iptables.Remove(ctx, f, redirect.Families); err != nil {
 			t.Fatalf("remove #%d: %v", i+1, err)
 		}
 	}
@@ -411,7 +412,7 @@ func TestRemoveIsIdempotentAndKeepsOthers(t *testing.T) {
 // names, option names, numbers, addresses, prefixes.
 var safeToken = regexp.MustCompile(`^(-{1,2}[a-z][a-z-]*|[A-Z_]+|[a-z]+|[0-9]+|[0-9a-fA-F.:\[\]]+(/[0-9]+)?)$`)
 
-func assertSafe(t testing.TB, sets []redirect.RuleSet) {
+func assertSafe(t testing.TB, sets []iptables.RuleSet) {
 	t.Helper()
 	for _, rs := range sets {
 		in := string(rs.RestoreNew())
@@ -431,12 +432,12 @@ func assertSafe(t testing.TB, sets []redirect.RuleSet) {
 
 func TestRenderedTokensAreSafe(t *testing.T) {
 	for _, c := range goldenCases {
-		assertSafe(t, redirect.Build(c.config(t)))
+		assertSafe(t, iptables.Build(c.config(t)))
 	}
 }
 
 func TestParseSave(t *testing.T) {
-	cur, err := redirect.ParseSave([]byte("# c\n*filter\n:INPUT ACCEPT [1:2]\n-A INPUT -j ACCEPT\nCOMMIT\n*nat\n:OUTPUT ACCEPT [3:4]\n:X - [0:0]\n-A OUTPUT -j X\nCOMMIT\n"))
+	cur, err := iptables.ParseSave([]byte("# c\n*filter\n:INPUT ACCEPT [1:2]\n-A INPUT -j ACCEPT\nCOMMIT\n*nat\n:OUTPUT ACCEPT [3:4]\n:X - [0:0]\n-A OUTPUT -j X\nCOMMIT\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,17 +445,17 @@ func TestParseSave(t *testing.T) {
 		t.Fatalf("%+v", cur)
 	}
 	for _, bad := range []string{"*nat\n-A NOPE -j X\nCOMMIT\n", "*nat\nwhat\n", "*nat\nCOMMIT\n*nat\nCOMMIT\n"} {
-		if _, err := redirect.ParseSave([]byte(bad)); err == nil {
+		if _, err := iptables.ParseSave([]byte(bad)); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
 	}
-	if cur, err := redirect.ParseSave(nil); err != nil || cur.Ours() {
+	if cur, err := iptables.ParseSave(nil); err != nil || cur.Ours() {
 		t.Fatal("empty output")
 	}
 }
 
 func TestNormalize(t *testing.T) {
-	got := redirecttest.Normalize([]byte("# Generated\n*nat\n:OUTPUT ACCEPT [12:345]\n:X - [0:0]\n-A OUTPUT -j X  \nCOMMIT\n# Completed\n"))
+	got := iptablestest.Normalize([]byte("# Generated\n*nat\n:OUTPUT ACCEPT [12:345]\n:X - [0:0]\n-A OUTPUT -j X  \nCOMMIT\n# Completed\n"))
 	if got != "*nat\n:OUTPUT ACCEPT [0:0]\n:X - [0:0]\n-A OUTPUT -j X\nCOMMIT\n" {
 		t.Fatalf("%q", got)
 	}
@@ -462,57 +463,57 @@ func TestNormalize(t *testing.T) {
 
 func TestTokensRoundTrip(t *testing.T) {
 	for _, spec := range []string{`-p tcp -j RETURN`, `-m comment --comment "a b" -j X`, `-m comment --comment "q \"x\" \\ y" -j X`} {
-		if got := redirect.QuoteSpec(redirect.Tokens(spec)); got != spec {
+		if got := iptables.QuoteSpec(iptables.Tokens(spec)); got != spec {
 			t.Errorf("%q -> %q", spec, got)
 		}
 	}
 }
 
-func TestBackendCommands(t *testing.T) {
+func TestVariantCommands(t *testing.T) {
 	for _, tc := range []struct {
-		b    redirect.Backend
+		b    iptables.Variant
 		f    redirect.Family
 		verb string
 		want string
 	}{
-		{redirect.BackendNFT, redirect.IPv4, "restore", "iptables-nft-restore"},
-		{redirect.BackendLegacy, redirect.IPv6, "save", "ip6tables-legacy-save"},
-		{redirect.BackendDefault, redirect.IPv6, "restore", "ip6tables-restore"},
+		{iptables.VariantNFT, redirect.IPv4, "restore", "iptables-nft-restore"},
+		{iptables.VariantLegacy, redirect.IPv6, "save", "ip6tables-legacy-save"},
+		{iptables.VariantDefault, redirect.IPv6, "restore", "ip6tables-restore"},
 	} {
 		if got := tc.b.Command(tc.f, tc.verb); got != tc.want {
 			t.Errorf("%v %v %s: %s", tc.b, tc.f, tc.verb, got)
 		}
 	}
-	for in, want := range map[string]redirect.Backend{"nft": redirect.BackendNFT, "LEGACY": redirect.BackendLegacy, "auto": redirect.BackendDefault, "": redirect.BackendDefault} {
-		if b, _, err := redirect.ParseBackend(in); err != nil || b != want {
-			t.Errorf("ParseBackend(%q) = %v, %v", in, b, err)
+	for in, want := range map[string]iptables.Variant{"nft": iptables.VariantNFT, "LEGACY": iptables.VariantLegacy, "auto": iptables.VariantDefault, "": iptables.VariantDefault} {
+		if b, _, err := iptables.ParseVariant(in); err != nil || b != want {
+			t.Errorf("ParseVariant(%q) = %v, %v", in, b, err)
 		}
 	}
-	if _, _, err := redirect.ParseBackend("nftables"); err == nil || !strings.Contains(err.Error(), `"nftables"`) {
-		t.Errorf("ParseBackend(nftables) error %v", err)
+	if _, _, err := iptables.ParseVariant("nftables"); err == nil || !strings.Contains(err.Error(), `"nftables"`) {
+		t.Errorf("ParseVariant(nftables) error %v", err)
 	}
 }
 
-func TestDetectBackend(t *testing.T) {
+func TestDetectVariant(t *testing.T) {
 	hint := "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n"
 	rules := func(n int) string { return strings.Repeat("-A X -j ACCEPT\n", n) }
 	for _, tc := range []struct {
 		name      string
-		installed []redirect.Backend
+		installed []iptables.Variant
 		outputs   map[string]string // "<tool> <args>" -> stdout
-		want      redirect.Backend
+		want      iptables.Variant
 	}{
-		{"nothing installed", nil, nil, redirect.BackendDefault},
-		{"only nft", []redirect.Backend{redirect.BackendNFT}, nil, redirect.BackendNFT},
-		{"only legacy", []redirect.Backend{redirect.BackendLegacy}, nil, redirect.BackendLegacy},
-		{"empty node", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, nil, redirect.BackendNFT},
-		{"nft hint", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"ip6tables-nft-save -t mangle": hint, "iptables-legacy-save": rules(50)}, redirect.BackendNFT},
-		{"legacy hint", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"iptables-legacy-save": hint, "iptables-nft-save": rules(50)}, redirect.BackendLegacy},
-		{"legacy has more rules", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"iptables-legacy-save": rules(30), "iptables-nft-save": rules(3), "ip6tables-nft-save": rules(3)}, redirect.BackendLegacy},
-		{"nft has more rules", []redirect.Backend{redirect.BackendNFT, redirect.BackendLegacy}, map[string]string{"iptables-legacy-save": rules(3), "ip6tables-nft-save": rules(4)}, redirect.BackendNFT},
+		{"nothing installed", nil, nil, iptables.VariantDefault},
+		{"only nft", []iptables.Variant{iptables.VariantNFT}, nil, iptables.VariantNFT},
+		{"only legacy", []iptables.Variant{iptables.VariantLegacy}, nil, iptables.VariantLegacy},
+		{"empty node", []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy}, nil, iptables.VariantNFT},
+		{"nft hint", []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy}, map[string]string{"ip6tables-nft-save -t mangle": hint, "iptables-legacy-save": rules(50)}, iptables.VariantNFT},
+		{"legacy hint", []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy}, map[string]string{"iptables-legacy-save": hint, "iptables-nft-save": rules(50)}, iptables.VariantLegacy},
+		{"legacy has more rules", []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy}, map[string]string{"iptables-legacy-save": rules(30), "iptables-nft-save": rules(3), "ip6tables-nft-save": rules(3)}, iptables.VariantLegacy},
+		{"nft has more rules", []iptables.Variant{iptables.VariantNFT, iptables.VariantLegacy}, map[string]string{"iptables-legacy-save": rules(3), "ip6tables-nft-save": rules(4)}, iptables.VariantNFT},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := redirect.Detector{
+			d := iptables.VariantDetector{
 				Look: func(name string) (string, error) {
 					for _, b := range tc.installed {
 						if strings.Contains(name, "-"+string(b)+"-") {
@@ -532,10 +533,10 @@ func TestDetectBackend(t *testing.T) {
 	}
 }
 
-func TestCachedBackend(t *testing.T) {
+func TestCachedVariant(t *testing.T) {
 	dir := t.TempDir()
 	calls := 0
-	d := redirect.Detector{
+	d := iptables.VariantDetector{
 		Look: func(name string) (string, error) { return name, nil },
 		Run: func(_ context.Context, name string, args ...string) ([]byte, error) {
 			calls++
@@ -548,7 +549,7 @@ func TestCachedBackend(t *testing.T) {
 	b1, _ := d.Cached(context.Background(), dir, time2h)
 	n := calls
 	b2, why := d.Cached(context.Background(), dir, time2h)
-	if b1 != redirect.BackendLegacy || b2 != redirect.BackendLegacy || calls != n || !strings.Contains(why, "cached") {
+	if b1 != iptables.VariantLegacy || b2 != iptables.VariantLegacy || calls != n || !strings.Contains(why, "cached") {
 		t.Fatalf("b1=%v b2=%v calls %d->%d why=%s", b1, b2, n, calls, why)
 	}
 	// Expired: detects again.
@@ -564,18 +565,18 @@ const time2h = 2 * 60 * 60 * 1e9
 func TestCheckSeesChangedPortRange(t *testing.T) {
 	ctx := context.Background()
 	sets := mustSets(t, `{"ProxyUserID":"5995","ProxyInboundPort":20000,"ExcludeOutboundPorts":["8000:8100"]}`, false)
-	f := &redirecttest.Fake{}
-	if err := redirect.Apply(ctx, f, sets); err != nil {
+	f := &iptablestest.Fake{}
+	if err := iptables.Apply(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
-	if err := redirect.Check(ctx, f, sets); err != nil {
+	if err := iptables.Check(ctx, f, sets); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Exec(redirect.IPv4, "*nat\n-D CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN\n"+
 		"-I CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8099 -j RETURN\nCOMMIT\n"); err != nil {
 		t.Fatal(err)
 	}
-	err := redirect.Check(ctx, f, sets)
+	err := iptables.Check(ctx, f, sets)
 	if err == nil || !strings.Contains(err.Error(), "rule missing: -A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8100 -j RETURN") ||
 		!strings.Contains(err.Error(), "unexpected rule: -A CONSUL_PROXY_OUTPUT -p tcp -m tcp --dport 8000:8099 -j RETURN") {
 		t.Fatalf("check after narrowing the range: %v", err)

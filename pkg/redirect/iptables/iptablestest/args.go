@@ -1,4 +1,4 @@
-package redirecttest
+package iptablestest
 
 import "strings"
 

@@ -1,4 +1,4 @@
-package redirect_test
+package iptables_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 )
 
 // goldenCase is a redirect configuration with a golden file
@@ -76,7 +77,7 @@ const (
 	secTable   = "nat table after ADD (iptables-save -t nat)"
 )
 
-func renderGolden(c goldenCase, sets []redirect.RuleSet, tables map[redirect.Family]string) string {
+func renderGolden(c goldenCase, sets []iptables.RuleSet, tables map[redirect.Family]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s (dual stack: %v)\n# %s\n", c.name, c.dual, c.json)
 	for _, rs := range sets {

@@ -1,9 +1,9 @@
-// Package redirecttest provides an in-memory iptables for tests of code that
-// applies redirect rules: Fake implements redirect.Executor. It reads
+// Package iptablestest provides an in-memory iptables for tests of code that
+// applies redirect rules: Fake implements iptables.Executor. It reads
 // iptables-restore input with a tokenizer of its own, written from
 // iptables-restore's quoting rules rather than shared with the parser of
-// package redirect, so that a bug of that parser shows up as a difference.
-package redirecttest
+// package iptables, so that a bug of that parser shows up as a difference.
+package iptablestest
 
 import (
 	"bufio"
@@ -15,9 +15,10 @@ import (
 	"sync"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 )
 
-// Fake is an in-memory redirect.Executor for unit tests. It models the nat table of
+// Fake is an in-memory iptables.Executor for unit tests. It models the nat table of
 // one namespace per family and the parts of iptables-restore --noflush our
 // inputs use (chain lines, -N, -A, -I, -D, -F, -X, COMMIT), atomically: an
 // input with an error changes nothing. Save prints the table the way
@@ -76,7 +77,7 @@ func (f *Fake) table(fam redirect.Family) *fakeTable {
 	return t
 }
 
-// Save implements redirect.Executor.
+// Save implements iptables.Executor.
 func (f *Fake) Save(_ context.Context, fam redirect.Family) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -127,7 +128,7 @@ func (t *fakeTable) save() []byte {
 	return b.Bytes()
 }
 
-// Restore implements redirect.Executor.
+// Restore implements iptables.Executor.
 func (f *Fake) Restore(_ context.Context, fam redirect.Family, input []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -151,7 +152,7 @@ func (f *Fake) restore(fam redirect.Family, input []byte) error {
 	sc := bufio.NewScanner(bytes.NewReader(input))
 	n := 0
 	fail := func(format string, a ...any) error {
-		return &redirect.ToolError{Tool: "fake " + fam.String() + "-restore", Err: fmt.Errorf("line %d failed: %s", n, fmt.Sprintf(format, a...))}
+		return &iptables.ToolError{Tool: "fake " + fam.String() + "-restore", Err: fmt.Errorf("line %d failed: %s", n, fmt.Sprintf(format, a...))}
 	}
 	for sc.Scan() {
 		n++
