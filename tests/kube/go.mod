@@ -3,7 +3,7 @@
 // from the main module so that the main go.mod stays small.
 module github.com/consul-cni-repair/consul-cni-repair/tests/kube
 
-go 1.26.0
+go 1.26.8
 
 require (
 	k8s.io/component-base v0.37.2

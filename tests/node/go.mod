@@ -4,7 +4,7 @@
 // tests/kube, next to the control plane it must match.
 module github.com/consul-cni-repair/consul-cni-repair/tests/node
 
-go 1.26.6
+go 1.26.8
 
 tool (
 	github.com/containerd/containerd/v2/cmd/containerd
