@@ -2,6 +2,7 @@
 #
 #   make demo    install what is missing, build, run the race scenarios on an embedded local cluster
 #   make test    lint + unit + privileged (netns, iptables) + integration/e2e (local control plane)
+#   make help    every target with what it does (the "## target: text" comments below)
 #
 # Everything the targets need is installed (apt-get) or built (go build) by them.
 
@@ -69,9 +70,18 @@ CNI_PLUGINS := \
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
 	doctor host-packages podman hoststate \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
-	clean clean-testbin helm
+	clean clean-testbin helm help
 
+## all: build (the default target)
 all: build
+
+## help: every target with what it does, from the "## target: text" comments of this Makefile
+help:
+	@awk -v w=$${COLUMNS:-120} 'function out() { if (!t) return; n = split(d, ws, " "); l = sprintf("  %-24s", t); \
+			for (k = 1; k <= n; k++) { if (length(l) + 1 + length(ws[k]) > w && length(l) > 26) { print l; l = sprintf("  %-24s", "") } \
+				l = l " " ws[k] } print l; t = "" } \
+		/^## [a-z][a-z0-9-]*: / { out(); i = index($$0, ": "); t = substr($$0, 4, i - 4); d = substr($$0, i + 2); next } \
+		/^## / { if (t) d = d " " substr($$0, 4); next } { out() } END { out() }' $(firstword $(MAKEFILE_LIST))
 
 ## version: the version string stamped into binaries (hack/version.sh)
 version:
@@ -145,6 +155,7 @@ test: doctor host-packages hoststate
 	@$(HOSTSTATE) save $(CACHE)/hoststate-test.json
 	@rc=0; $(MAKE) test-tiers || rc=$$?; $(HOSTSTATE) compare $(CACHE)/hoststate-test.json || rc=1; exit $$rc
 
+## test-tiers: the tiers of make test without the host checks: lint, unit, privileged, integration, images
 test-tiers: lint test-unit test-privileged test-integration test-images
 
 ## doctor: what this host lacks, or has, that breaks make test and make demo; each line says how to fix it
@@ -167,6 +178,7 @@ hoststate: toolchain
 	@mkdir -p $(TOOLS_BIN)
 	@$(GO) build -o $(HOSTSTATE) ./tests/cmd/hoststate
 
+## test-unit: go test ./... of the main module, then test-manifests and test-monitoring
 test-unit: toolchain
 	$(GOTEST) $(TEST_FLAGS) -count=1 ./...
 	$(MAKE) test-manifests
@@ -183,6 +195,8 @@ test-corpus: deps
 	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 30m -v -run 'Corpus|Oracle' \
 		./tests/suites/sdkcorpus -args -corpus.seed=$(CORPUS_SEED)
 
+## test-integration: the integration and end-to-end tier (-tags integration, -p 1: one control plane per package),
+## then test-manifests-integration
 test-integration: deps kube-bins node-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
 	$(MAKE) test-manifests-integration
@@ -259,6 +273,7 @@ lint: toolchain
 	cd tests/sdkoracle/iptables && $(GO) vet ./...
 	cd tests/sdkoracle/nftables && GOTOOLCHAIN=$(SDK_NFT_GOTOOLCHAIN) $(GO) vet ./...
 
+## fmt: gofmt -w every Go file git tracks
 fmt: toolchain
 	gofmt -w $$(git ls-files '*.go')
 
@@ -307,6 +322,7 @@ demo: doctor kube-bins node-bins hoststate
 	@rc=0; $(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES)) || rc=$$?; \
 		$(HOSTSTATE) compare $(CACHE)/hoststate-demo.json || rc=1; exit $$rc
 
+## clean: remove bin/, dist/ and the test binaries (the per-user kube and node binary cache stays)
 clean: clean-testbin
 	rm -rf $(BIN) $(DIST) $(CACHE)/testbin
 
