@@ -102,6 +102,18 @@ func (n *Node) tunableFiles(binds map[string]string) error {
 	return nil
 }
 
+// MountNamespace is the node's mount namespace as a /proc/<pid>/ns/mnt
+// path (a new one after Restart), where its CNI directories are at
+// HostCNIConfDir and HostCNIBinDir as a hostPath container sees them.
+func (n *Node) MountNamespace() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mountNS == nil {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/ns/mnt", n.mountNS.Cmd.Process.Pid)
+}
+
 // inNode is a command that runs bin in the node's mount namespace (nsenter
 // execs it: the process is bin's).
 func (n *Node) inNode(bin string, args ...string) *exec.Cmd {

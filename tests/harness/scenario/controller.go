@@ -36,6 +36,9 @@ func (r *runner) startController(ctx context.Context) error {
 	if r.cfg.Mode == SandboxRecreated || r.cfg.Mode == NodeReboot {
 		args = append(args, "--sandbox-slack="+r.cfg.SandboxSlack.String())
 	}
+	if r.cfg.Profile == ProfileRepairOnly {
+		args = append(args, RepairOnlyArgs...)
+	}
 	args = append(args, r.cfg.RepairArgs...)
 	exited := func() error { return nil }
 	var err error

@@ -108,6 +108,12 @@ func (n *realNode) Root() string            { return n.Dir }
 func (n *realNode) BinDir() string          { return n.CNIBinDir() }
 func (n *realNode) PrimaryConflist() string { return filepath.Join(n.ConfDir(), realnode.ConfListFile) }
 
+// ContainerNamespaces: the node's mount and network namespaces, and the
+// API server at the kubernetes Service's address there.
+func (n *realNode) ContainerNamespaces() (mountNS, netNS, apiServer string) {
+	return n.MountNamespace(), n.Netns, realnode.APIServerURL()
+}
+
 // APIServer is the API server as the node's processes reach it.
 func (n *realNode) APIServer() string { return realnode.APIServerURL() }
 

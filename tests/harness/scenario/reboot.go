@@ -27,6 +27,7 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 	}
 	r.setPhase("the node reboots; its conflist is rewritten without consul-cni")
 	if err := r.node.Reboot(ctx, func() error {
+		r.killConsulK8s()
 		if err := r.unchain(); err != nil {
 			return err
 		}
@@ -36,6 +37,11 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("reboot of node %s: %w", r.node.Name(), err)
 	}
 	r.setPhase("the node is back")
+	if r.consulK8s != nil {
+		if err := r.runConsulK8s(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.waitChained(ctx); err != nil {
 		return nil, err
 	}

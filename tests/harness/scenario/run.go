@@ -3,6 +3,8 @@ package scenario
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +33,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/consulk8s"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
@@ -104,6 +107,11 @@ type Config struct {
 	// Inspect, when set, is called with the run's namespace after the
 	// observation, before anything is torn down.
 	Inspect func(ctx context.Context, namespace string) error
+	// Profile is what chains consul-cni on the node [ProfileDefault];
+	// ProfileRepairOnly needs ConsulK8s, consul-k8s's binaries
+	// (consulk8s.Unpack).
+	Profile   Profile
+	ConsulK8s *consulk8s.Binaries
 }
 
 func (c *Config) defaults() {
@@ -188,9 +196,12 @@ type Result struct {
 	// (node-reboot run).
 	Controller *ControllerView `json:"controller,omitempty"`
 	// Node is what the run's node reported of itself.
-	Node       *NodeInfo   `json:"node,omitempty"`
-	Chain      string      `json:"chain"`
-	PodResults []PodResult `json:"pod_results"`
+	Node  *NodeInfo `json:"node,omitempty"`
+	Chain string    `json:"chain"`
+	// PluginSHA256 is the sum of the consul-cni binary on the node at the
+	// end (whose plugin redirected the pods).
+	PluginSHA256 string      `json:"plugin_sha256,omitempty"`
+	PodResults   []PodResult `json:"pod_results"`
 }
 
 var (
@@ -238,10 +249,12 @@ type runner struct {
 	ds                  bool
 	dsNamespace, dsName string
 	cniAt               time.Time
-	tr                  *tracker
-	phase               string
-	live                []*podTrack
-	cleanups            []func()
+	// consulK8s is consul-k8s's installer (ProfileRepairOnly).
+	consulK8s *consulK8sRun
+	tr        *tracker
+	phase     string
+	live      []*podTrack
+	cleanups  []func()
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -370,10 +383,15 @@ func (r *runner) podsBeforeCNI(ctx context.Context) error {
 func (r *runner) chainCNI(ctx context.Context) error {
 	r.setPhase("chaining consul-cni on the node")
 	var err error
-	if r.cfg.DirectChain {
+	switch {
+	case r.cfg.Profile == ProfileRepairOnly:
+		err = r.startConsulK8s(ctx)
+	case r.cfg.DirectChain:
 		err = r.chainDirectly(ctx)
-	} else if err = r.applyCNIManifests(ctx, false); err == nil {
-		err = r.applyCNIManifests(ctx, true)
+	default:
+		if err = r.applyCNIManifests(ctx, false); err == nil {
+			err = r.applyCNIManifests(ctx, true)
+		}
 	}
 	if err != nil {
 		return err
@@ -393,7 +411,11 @@ func (r *runner) chainCNI(ctx context.Context) error {
 // waitChained waits until consul-cni is in the node's chain and records
 // when.
 func (r *runner) waitChained(ctx context.Context) error {
-	if err := poll.Until(ctx, 2*time.Minute, waitInterval, func() (bool, error) {
+	limit := 2 * time.Minute
+	if r.cfg.Profile == ProfileRepairOnly {
+		limit = 4 * time.Minute // consul-k8s's installer may wait 100 s for a binary to go
+	}
+	if err := poll.Until(ctx, limit, waitInterval, func() (bool, error) {
 		ok, err := r.chained()
 		if ok {
 			r.cniAt = time.Now()
@@ -646,6 +668,14 @@ func (r *runner) createControl(ctx context.Context) error {
 // the installer's RBAC and admission policy, and (withDaemonSet) the
 // installer DaemonSet, pinned to this run's node.
 func (r *runner) applyCNIManifests(ctx context.Context, withDaemonSet bool) error {
+	if r.cfg.Profile == ProfileRepairOnly {
+		// The repair-only overlay deploys nothing of the installer: no
+		// ServiceAccount, RBAC or admission policy of it.
+		if withDaemonSet {
+			return r.startConsulK8s(ctx)
+		}
+		return nil
+	}
 	files := []string{"base/namespace.yaml", "base/cni/rbac.yaml", "base/cni/admission-policy.yaml"}
 	if withDaemonSet {
 		files = []string{"base/cni/daemonset.yaml"}
@@ -959,7 +989,8 @@ func (r *runner) report(live []*podTrack) {
 
 func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *Result {
 	res := &Result{Name: string(r.cfg.Mode), Pods: r.cfg.Pods, Actions: r.actions(),
-		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString(), Node: r.nodeInfo(ctx)}
+		SecondsObserved: now.Sub(r.cniAt).Seconds(), Chain: r.chainString(), Node: r.nodeInfo(ctx),
+		PluginSHA256: fileSHA256(filepath.Join(r.node.BinDir(), "consul-cni"))}
 	_, res.BypassingAtEnd, res.EverBypassed = r.counts(live)
 	if ok, at := r.allMeshed(live); ok {
 		s := at.Sub(r.cniAt).Seconds()
@@ -991,4 +1022,14 @@ func (r *runner) result(ctx context.Context, live []*podTrack, now time.Time) *R
 	sort.Slice(res.PodResults, func(i, j int) bool { return res.PodResults[i].Name < res.PodResults[j].Name })
 	res.PodsSeen = len(res.PodResults)
 	return res
+}
+
+// fileSHA256 is the hex sum of a file, "" when it cannot be read.
+func fileSHA256(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
