@@ -168,26 +168,33 @@ func compiled(dir string) (map[string]string, string, error) {
 	return deps, strings.TrimSpace(self), nil
 }
 
+// align raises, in each module, every mismatched dependency below the
+// highest version to that version, one at a time (a raise may raise others
+// past their highest, so one that is already there is left alone: nothing is
+// ever lowered), then tidies the modules it changed. The caller repeats it
+// until nothing differs.
 func align(ms []mismatch) error {
-	gets := map[string][]string{}
-	for _, m := range ms {
-		top := m.highest()
-		for d, v := range m.versions {
-			if v != top {
-				gets[d] = append(gets[d], m.path+"@"+top)
-			}
-		}
-	}
 	for _, d := range modules {
-		if len(gets[d]) == 0 {
-			continue
+		changed := false
+		for _, m := range ms {
+			top := m.highest()
+			if v, ok := m.versions[d]; !ok || v == top {
+				continue
+			}
+			cur, err := run(d, "go", "list", "-m", "-f", "{{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}", m.path)
+			if err == nil && semver.Compare(strings.TrimSpace(cur), top) >= 0 {
+				continue
+			}
+			fmt.Printf("moddeps: %s: %s %s -> %s\n", d, m.path, m.versions[d], top)
+			if _, err := run(d, "go", "get", m.path+"@"+top); err != nil {
+				return err
+			}
+			changed = true
 		}
-		fmt.Printf("moddeps: %s: go get %s\n", d, strings.Join(gets[d], " "))
-		if _, err := run(d, "go", append([]string{"get"}, gets[d]...)...); err != nil {
-			return err
-		}
-		if _, err := run(d, "go", "mod", "tidy"); err != nil {
-			return err
+		if changed {
+			if _, err := run(d, "go", "mod", "tidy"); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
