@@ -184,9 +184,15 @@ test-unit: toolchain
 	$(MAKE) test-manifests
 	$(MAKE) test-monitoring
 
+# tagged_pkgs: the packages of the main module with tests of build tag $(1). test-privileged and test-integration
+# run only those (their untagged tests run again there); every other package's tests ran in test-unit, and
+# compiling and running them again under each tag cost minutes.
+tagged_pkgs = $(shell $(GO) list -e -tags $(1) -f '{{.ImportPath}} {{.Dir}}' ./... | while read p d; do \
+	grep -qsx '//go:build $(1)' $$d/*_test.go && echo $$p; done)
+
 ## test-privileged: real netns and iptables/nftables; includes the SDK-oracle corpus (CORPUS_N configurations)
 test-privileged: deps
-	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m ./...
+	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 20m $(call tagged_pkgs,privileged)
 
 ## test-corpus: only the SDK-oracle corpus: CORPUS_N generated configs applied by Consul's SDK (v0.18.1 iptables
 ## commands, v0.19.0 nft script) and by the plugin in real netns, tables compared (CORPUS_SEED to vary it)
@@ -198,7 +204,7 @@ test-corpus: deps
 ## test-integration: the integration and end-to-end tier (-tags integration, -p 1: one control plane per package),
 ## then test-manifests-integration
 test-integration: deps kube-bins node-bins
-	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 ./...
+	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 $(call tagged_pkgs,integration)
 	$(MAKE) test-manifests-integration
 
 ## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/suites/manifests)
