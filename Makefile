@@ -121,7 +121,7 @@ release: images
 	$(TOOLS_BIN)/release checksums --dir $(DIST)
 	@cat $(DIST)/SHA256SUMS
 
-## tools: the image and release tools (separate module tools/)
+## tools: the image, release and dashboard tools (separate module tools/)
 tools: toolchain
 	@mkdir -p $(TOOLS_BIN)
 	cd tools && $(GO) build -o $(abspath $(TOOLS_BIN))/ ./cmd/...
@@ -220,6 +220,7 @@ promtool:
 MONITORING_TESTS := ^(TestAlertRulesOnData|TestAlertRules|TestRunbook|TestDashboard.*|TestServiceMonitor)$$
 test-monitoring: toolchain promtool
 	cd tests/suites/manifests && CCR_PROMTOOL=$$(command -v promtool || echo promtool-not-installed) $(GOTEST) $(TEST_FLAGS) -count=1 -run '$(MONITORING_TESTS)' ./...
+	cd tools && $(GOTEST) $(TEST_FLAGS) -count=1 ./dashboard
 
 ## docs: write docs/reference/flags.md from the commands' --help (tests/suites/cli fails when it differs)
 docs: toolchain
@@ -230,10 +231,10 @@ docs: toolchain
 chart-docs: toolchain
 	cd tests/suites/manifests && CCR_UPDATE_DOCS=1 $(GOTEST) -count=1 -run '^TestChartREADMEGenerated$$' .
 
-## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tests/suites/manifests/dashboard,
-## Grafana Foundation SDK); test-monitoring fails when the shipped file differs
+## dashboard: write manifests/base/monitoring/grafana-dashboard.json from its Go source (tools/dashboard, Grafana
+## Foundation SDK); test-monitoring fails when the shipped file differs
 dashboard: toolchain
-	cd tests/suites/manifests && $(GO) run ./cmd/dashboard -o ../../../manifests/base/monitoring/grafana-dashboard.json
+	cd tools && $(GO) run ./cmd/dashboard -o ../manifests/base/monitoring/grafana-dashboard.json
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the base overlay and the chart on two real nodes,
@@ -241,10 +242,10 @@ dashboard: toolchain
 test-manifests-integration: deps kube-bins node-bins helm
 	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
 
-## helm: the Helm CLI pinned in tests/suites/manifests/go.mod (tool directive), into bin/helm
+## helm: the Helm CLI pinned in tools/go.mod (tool directive), into bin/helm
 helm: toolchain
 	@mkdir -p $(BIN)
-	cd tests/suites/manifests && $(GO) build \
+	cd tools && $(GO) build \
 		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v4)" \
 		-o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
 

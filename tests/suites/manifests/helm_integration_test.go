@@ -28,8 +28,8 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// helmCLI is the helm command pinned in this module's go.mod (the same one
-// `make helm` builds): $HELM when set, else built once per test process.
+// helmCLI is the helm command pinned in tools/go.mod (the one `make helm`
+// builds): $HELM when set, else built once per test process.
 type helmCLI struct {
 	bin, kubeconfig, home string
 }
@@ -44,7 +44,7 @@ func newHelmCLI(t *testing.T, kubeconfig string) *helmCLI {
 			t.Fatal(err)
 		}
 		cmd := exec.Command("go", "build", "-o", tmp, "helm.sh/helm/v4/cmd/helm")
-		cmd.Dir = filepath.Join(testbin.RepoRoot(), "tests", "suites", "manifests")
+		cmd.Dir = filepath.Join(testbin.RepoRoot(), "tools")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build helm: %v\n%s", err, out)

@@ -1,4 +1,4 @@
-package manifests
+package dashboard_test
 
 import (
 	"bytes"
@@ -10,8 +10,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	sdkdashboard "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
-	dashgen "github.com/consul-cni-repair/consul-cni-repair/tests/suites/manifests/dashboard"
+	dashgen "github.com/consul-cni-repair/consul-cni-repair/tools/dashboard"
 )
 
 // TestDashboardIsGenerated: the shipped dashboard JSON is exactly what
@@ -23,13 +22,13 @@ func TestDashboardIsGenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(testbin.RepoRoot(), dashgen.Path)
+	path := filepath.Join("..", "..", dashgen.Path) // the repository root, from this package's directory
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the dashboard built by tests/suites/manifests/dashboard: run `make dashboard`", dashgen.Path)
+		t.Errorf("%s differs from the dashboard built by tools/dashboard: run `make dashboard`", dashgen.Path)
 	}
 
 	plugins.RegisterDefaultPlugins()

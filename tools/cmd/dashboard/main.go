@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/consul-cni-repair/consul-cni-repair/tests/suites/manifests/dashboard"
+	"github.com/consul-cni-repair/consul-cni-repair/tools/dashboard"
 )
 
 func main() {
