@@ -97,3 +97,39 @@ func TestArchitectureListsEveryModule(t *testing.T) {
 		}
 	}
 }
+
+// sharedPins are modules two of ours require and must require at the same
+// version, and where.
+var sharedPins = map[string][]string{
+	// The Helm CLI `make helm` builds (tools) and the chart tests'
+	// library (tests/suites/manifests): the chart is tested with the helm
+	// it is packaged with.
+	"helm.sh/helm/v4": {"tools", "tests/suites/manifests"},
+}
+
+func TestSharedPinsAgree(t *testing.T) {
+	mods := goModules(t, testbin.RepoRoot())
+	for path, dirs := range sharedPins {
+		versions := map[string]string{}
+		for _, dir := range dirs {
+			f, ok := mods[dir]
+			if !ok {
+				t.Errorf("%s: no module %s", path, dir)
+				continue
+			}
+			for _, r := range f.Require {
+				if r.Mod.Path == path {
+					versions[dir] = r.Mod.Version
+				}
+			}
+			if versions[dir] == "" {
+				t.Errorf("%s/go.mod does not require %s", dir, path)
+			}
+		}
+		for _, dir := range dirs[1:] {
+			if versions[dir] != versions[dirs[0]] {
+				t.Errorf("%s: %s in %s/go.mod, %s in %s/go.mod", path, versions[dirs[0]], dirs[0], versions[dir], dir)
+			}
+		}
+	}
+}
