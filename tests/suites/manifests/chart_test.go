@@ -431,19 +431,35 @@ func TestChartProfilesListed(t *testing.T) {
 }
 
 // TestChartPlatformProfiles: gke.yaml changes the installer's host CNI bin
-// directory and nothing else.
+// directory and adds the ResourceQuota of components/gke-resource-quota,
+// and nothing else.
 func TestChartPlatformProfiles(t *testing.T) {
 	base := byID(t, renderChart(t, chartValues(t, nil)))
 	gke := byID(t, renderChart(t, chartValues(t, []string{"gke.yaml"})))
+	quota := byID(t, buildWithComponent(t, filepath.Join(manifestsDir(t), overlays["base"]), filepath.Join(manifestsDir(t), "components", "gke-resource-quota")))
 	var diffs []string
 	for id, o := range gke {
 		if base[id] == nil {
-			t.Errorf("%s: only with gke.yaml", id)
+			if !strings.Contains(id, "ResourceQuota") || quota[id] == nil {
+				t.Errorf("%s: only with gke.yaml", id)
+				continue
+			}
+			// The same object as the kustomize component's, Helm's
+			// labels aside.
+			for _, d := range diffValues("", o.Object, quota[id].Object) {
+				if !strings.Contains(d, ".metadata.labels") {
+					t.Errorf("%s: %s (chart != components/gke-resource-quota)", id, d)
+				}
+			}
 			continue
 		}
 		for _, d := range diffValues("", o.Object, base[id].Object) {
 			diffs = append(diffs, id+": "+d)
 		}
+	}
+	quotaID := "v1 ResourceQuota " + namespace + "/" + installerName
+	if gke[quotaID] == nil || quota[quotaID] == nil {
+		t.Errorf("%s: rendered with gke.yaml %v, built by components/gke-resource-quota %v; want both", quotaID, gke[quotaID] != nil, quota[quotaID] != nil)
 	}
 	want := []string{"apps/v1 DaemonSet " + namespace + "/" + installerName + ": .spec.template.spec.volumes[0].hostPath.path: /home/kubernetes/bin != /opt/cni/bin"}
 	if !reflect.DeepEqual(diffs, want) {
