@@ -45,10 +45,29 @@ func newOptions() *options {
 	o := &options{qps: 50, burst: 100, cfg: repair.DefaultManagerConfig()}
 	o.detection = judge.NewFlags(&o.cfg.Config.Config)
 	o.effect = string(o.cfg.StartupTaintEffect)
-	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+	if ns := ownNamespace(); ns != "" {
 		o.cfg.LeaseNamespace = ns
+		o.cfg.CNINamespace = ns
 	}
 	return o
+}
+
+// serviceAccountNamespaceFile is where a pod's service-account volume
+// holds its namespace.
+var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// ownNamespace is the namespace the controller runs in: $POD_NAMESPACE (the
+// downward API), else its service account's, else "" outside a pod. It is
+// the default of --leader-election-namespace and --cni-namespace, so the
+// manifests name no namespace and any install namespace works.
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
 }
 
 // AddFlags registers every flag; --help prints each with its default.
@@ -73,7 +92,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.effect, "startup-taint-effect", o.effect, "Effect of a re-added startup taint: NoSchedule, PreferNoSchedule or NoExecute.")
 
 	fs.BoolVar(&c.LeaderElect, "leader-elect", c.LeaderElect, "Elect a leader with a coordination.k8s.io Lease; only the leader acts.")
-	fs.StringVar(&c.LeaseNamespace, "leader-election-namespace", c.LeaseNamespace, "Namespace of the Lease (default: $POD_NAMESPACE when set).")
+	fs.StringVar(&c.LeaseNamespace, "leader-election-namespace", c.LeaseNamespace, "Namespace of the Lease (default: the controller's own, $POD_NAMESPACE or its service account's).")
 	fs.StringVar(&c.LeaseName, "leader-election-id", c.LeaseName, "Name of the Lease.")
 	fs.DurationVar(&c.LeaseDuration, "leader-election-lease-duration", c.LeaseDuration, "How long a lease is valid without renewal.")
 	fs.DurationVar(&c.RenewDeadline, "leader-election-renew-deadline", c.RenewDeadline, "How long the leader retries renewing before giving up.")

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -115,5 +117,49 @@ func TestSubcommand(t *testing.T) {
 		if isAudit != tc.audit || name != tc.name || len(args) != tc.args || (err != nil) != tc.err {
 			t.Errorf("%q: audit %v name %q args %q err %v", tc.argv, isAudit, name, args, err)
 		}
+	}
+}
+
+// The Lease and the CNI DaemonSet's pods are in the controller's own
+// namespace unless a flag says otherwise: $POD_NAMESPACE (the downward API
+// in the manifests), else the service account's namespace file, so a
+// kustomize namespace: override or a Helm release in any namespace needs no
+// argument.
+func TestNamespacesDefaultToTheControllersOwn(t *testing.T) {
+	dir := t.TempDir()
+	saFile := filepath.Join(dir, "namespace")
+	old := serviceAccountNamespaceFile
+	serviceAccountNamespaceFile = saFile
+	t.Cleanup(func() { serviceAccountNamespaceFile = old })
+	parse := func(args ...string) *options {
+		t.Helper()
+		o := newOptions()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	t.Setenv("POD_NAMESPACE", "mesh-system")
+	if o := parse(); o.cfg.LeaseNamespace != "mesh-system" || o.cfg.CNINamespace != "mesh-system" {
+		t.Errorf("POD_NAMESPACE=mesh-system: lease %q, CNI %q", o.cfg.LeaseNamespace, o.cfg.CNINamespace)
+	}
+	if o := parse("--cni-namespace=consul", "--leader-election-namespace=leases"); o.cfg.LeaseNamespace != "leases" || o.cfg.CNINamespace != "consul" {
+		t.Errorf("flags: lease %q, CNI %q", o.cfg.LeaseNamespace, o.cfg.CNINamespace)
+	}
+	t.Setenv("POD_NAMESPACE", "")
+	if err := os.WriteFile(saFile, []byte("from-sa\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o := parse(); o.cfg.LeaseNamespace != "from-sa" || o.cfg.CNINamespace != "from-sa" {
+		t.Errorf("service account namespace: lease %q, CNI %q", o.cfg.LeaseNamespace, o.cfg.CNINamespace)
+	}
+	os.Remove(saFile)
+	if o := parse(); o.cfg.LeaseNamespace != "consul-cni-repair" || o.cfg.CNINamespace != "consul-cni-repair" {
+		t.Errorf("outside a pod: lease %q, CNI %q", o.cfg.LeaseNamespace, o.cfg.CNINamespace)
 	}
 }

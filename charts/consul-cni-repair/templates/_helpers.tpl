@@ -3,11 +3,6 @@
 {{ .image.repository }}:{{ .image.tag | default .root.Chart.AppVersion }}
 {{- end }}
 
-{{/* The namespace of the CNI DaemonSet the controller watches. */}}
-{{- define "consul-cni-repair.cniNamespace" -}}
-{{ .Values.cni.namespace | default .Release.Namespace }}
-{{- end }}
-
 {{/* Fails on values the controller would refuse, naming the key. */}}
 {{- define "consul-cni-repair.validate" -}}
 {{- if not (has .Values.controller.action (list "evict" "delete" "label")) }}

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -261,12 +262,17 @@ func TestControllerDeployment(t *testing.T) {
 			if oneFlag(t, args, "leader-elect") != "true" {
 				t.Error("--leader-elect=true expected")
 			}
-			if oneFlag(t, args, "leader-election-namespace") != namespace {
-				t.Errorf("--leader-election-namespace must be %s (where its Role grants leases)", namespace)
+			// The Lease (where its Role grants leases) and the installer
+			// DaemonSet are in the controller's own namespace: no argument
+			// names it, so no namespace override leaves one stale.
+			for _, f := range []string{"leader-election-namespace", "cni-namespace"} {
+				for _, a := range args {
+					if strings.HasPrefix(a, "--"+f+"=") {
+						t.Errorf("%s: the controller's own namespace is the default; a fixed one breaks a namespace override", a)
+					}
+				}
 			}
-			if oneFlag(t, args, "cni-namespace") != namespace {
-				t.Errorf("--cni-namespace must be %s (where the installer DaemonSet runs)", namespace)
-			}
+			checkOwnNamespaceEnv(t, c)
 			// The controller finds the installer pods with this selector:
 			// it must select the DaemonSet's pods.
 			cniSel, err := labels.Parse(oneFlag(t, args, "cni-pod-selector"))
@@ -689,8 +695,10 @@ func TestAdmissionPolicies(t *testing.T) {
 
 // TestNamespaceOverride builds every overlay under a kustomize namespace:
 // override: every namespaced object moves, the RBAC bindings follow their
-// ServiceAccounts, and the admission policies are unchanged (they select by
-// ServiceAccount name).
+// ServiceAccounts, the admission policies are unchanged (they select by
+// ServiceAccount name), and no container argument or environment value
+// still names the default namespace (the controller takes its Lease and
+// CNI namespaces from its own, POD_NAMESPACE).
 func TestNamespaceOverride(t *testing.T) {
 	for _, ov := range overlayNames() {
 		t.Run(ov, func(t *testing.T) {
@@ -700,6 +708,16 @@ func TestNamespaceOverride(t *testing.T) {
 			}
 			if d := wantInstaller().diff(rbacOf(t, objs, "mesh-system", installerName)); d != "" {
 				t.Errorf("installer %s: %s", installerName, d)
+			}
+			for _, o := range objs {
+				if o.GetNamespace() == namespace {
+					t.Errorf("%s %s stayed in %s", o.GetKind(), o.GetName(), namespace)
+				}
+				for _, v := range containerValues(t, o) {
+					if v == namespace || strings.HasSuffix(v, "="+namespace) {
+						t.Errorf("%s %s: %q still names namespace %s", o.GetKind(), o.GetName(), v, namespace)
+					}
+				}
 			}
 			orig := buildOverlay(t, ov)
 			for _, name := range admissionPolicyNames {
@@ -711,4 +729,47 @@ func TestNamespaceOverride(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkOwnNamespaceEnv: the container learns its own namespace from the
+// downward API (POD_NAMESPACE), the default of every namespace it uses.
+func checkOwnNamespaceEnv(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
+			return
+		}
+	}
+	t.Errorf("container %s: no POD_NAMESPACE from the downward API (fieldRef metadata.namespace)", c.Name)
+}
+
+// containerValues lists the args, commands and literal environment values
+// of every container of a workload object.
+func containerValues(t *testing.T, o *unstructured.Unstructured) []string {
+	t.Helper()
+	var spec corev1.PodSpec
+	switch o.GetKind() {
+	case "Deployment", "DaemonSet":
+		var w struct {
+			Spec struct {
+				Template corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}
+		b, _ := o.MarshalJSON()
+		if err := json.Unmarshal(b, &w); err != nil {
+			t.Fatal(err)
+		}
+		spec = w.Spec.Template.Spec
+	default:
+		return nil
+	}
+	var out []string
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		out = append(out, c.Command...)
+		out = append(out, c.Args...)
+		for _, e := range c.Env {
+			out = append(out, e.Value)
+		}
+	}
+	return out
 }

@@ -29,7 +29,7 @@ func TestRepairOnlyOverlay(t *testing.T) {
 	var dep appsv1.Deployment
 	decodeStrict(t, find(t, objs, "Deployment", controllerName), &dep)
 	args := dep.Spec.Template.Spec.Containers[0].Args
-	for _, want := range []string{"--cni-namespace=consul", "--cni-pod-selector=app=consul,component=cni", "--leader-election-namespace=" + namespace} {
+	for _, want := range []string{"--cni-namespace=consul", "--cni-pod-selector=app=consul,component=cni"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("controller args %v: %s missing", args, want)
 		}
