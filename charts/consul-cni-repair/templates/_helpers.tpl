@@ -11,6 +11,12 @@
 {{- if not (has .Values.controller.cniReadyGate (list "" "node-label" "cni-pod" "none")) }}
 {{- fail (printf "controller.cniReadyGate: %q is not one of node-label, cni-pod, none" .Values.controller.cniReadyGate) }}
 {{- end }}
+{{- if and .Values.nodeStartupTaint.enabled (not .Values.controller.nodeReadiness) }}
+{{- fail "nodeStartupTaint.enabled=true with controller.nodeReadiness=false: node readiness is what lifts the startup taint, so every new node would stay tainted; set controller.nodeReadiness=true" }}
+{{- end }}
+{{- if and .Values.nodeStartupTaint.enabled (not .Values.installer.enabled) (not .Values.nodeStartupTaint.cniToleratesTaint) }}
+{{- fail "nodeStartupTaint.enabled=true with installer.enabled=false (repair-only): the startup taint is lifted only once the CNI pod on the node is Ready, and consul-k8s's CNI DaemonSet tolerates only CriticalAddonsOnly and NoExecute taints, so it would never run on a new node and the node would stay tainted. Give consul-k8s's CNI DaemonSet the toleration {key: consul.hashicorp.com/cni-not-ready, operator: Exists} (docs/install.md, \"Repair only\"), then set nodeStartupTaint.cniToleratesTaint=true" }}
+{{- end }}
 {{- if and .Values.nodeStartupTaint.enabled .Values.controller.dryRun }}
 {{- fail "nodeStartupTaint.enabled=true with controller.dryRun=true: audit mode lifts no startup taint, so every new node would stay tainted; set controller.dryRun=false (profiles/evict.yaml)" }}
 {{- end }}

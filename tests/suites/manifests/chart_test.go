@@ -378,7 +378,7 @@ func TestChartStandardLabels(t *testing.T) {
 		"app.kubernetes.io/version":    "v0.1.0",
 	}
 	for name, p := range chartProfiles {
-		vals := chartValues(t, profileFiles(p), "namespace.create=true", "nodeStartupTaint.enabled=true", "controller.dryRun=false")
+		vals := chartValues(t, profileFiles(p), "namespace.create=true", "nodeStartupTaint.enabled=true", "nodeStartupTaint.cniToleratesTaint=true", "controller.dryRun=false")
 		objs, hooks, err := helmRender(chartDir(t), namespace, vals)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -667,6 +667,43 @@ func TestChartValues(t *testing.T) {
 		_, err := helmTemplate(chartDir(t), chartValues(t, nil, "nodeStartupTaint.enabled=true"))
 		if err == nil || !strings.Contains(err.Error(), "nodeStartupTaint.enabled=true with controller.dryRun=true") {
 			t.Errorf("error %v, want one naming nodeStartupTaint.enabled and controller.dryRun", err)
+		}
+	})
+	t.Run("startup taint without node readiness refused", func(t *testing.T) {
+		_, err := helmTemplate(chartDir(t), chartValues(t, []string{"evict.yaml"}, "nodeStartupTaint.enabled=true", "controller.nodeReadiness=false", "controller.cniReadyGate=cni-pod"))
+		if err == nil || !strings.Contains(err.Error(), "nodeStartupTaint.enabled=true with controller.nodeReadiness=false") {
+			t.Errorf("error %v, want one naming nodeStartupTaint.enabled and controller.nodeReadiness", err)
+		}
+	})
+	t.Run("startup taint in repair-only refused unless consul-k8s's CNI tolerates it", func(t *testing.T) {
+		_, err := helmTemplate(chartDir(t), chartValues(t, []string{"repair-only.yaml", "evict.yaml"}, "nodeStartupTaint.enabled=true"))
+		if err == nil || !strings.Contains(err.Error(), "installer.enabled=false (repair-only)") || !strings.Contains(err.Error(), "nodeStartupTaint.cniToleratesTaint=true") {
+			t.Errorf("error %v, want one naming repair-only and nodeStartupTaint.cniToleratesTaint", err)
+		}
+		if _, err := helmTemplate(chartDir(t), chartValues(t, []string{"repair-only.yaml", "evict.yaml"}, "nodeStartupTaint.enabled=true", "nodeStartupTaint.cniToleratesTaint=true")); err != nil {
+			t.Errorf("with nodeStartupTaint.cniToleratesTaint=true: %v", err)
+		}
+	})
+	t.Run("startup taint only on nodes the installer selects", func(t *testing.T) {
+		for _, tc := range []struct {
+			set  []string
+			want string
+		}{
+			{nil, `object.metadata.?labels.orValue({})[?"kubernetes.io/os"].orValue("") == "linux"`},
+			{[]string{"installer.nodeSelector.pool=mesh"}, `object.metadata.?labels.orValue({})[?"kubernetes.io/os"].orValue("") == "linux" && ` +
+				`object.metadata.?labels.orValue({})[?"pool"].orValue("") == "mesh"`},
+		} {
+			objs := renderChart(t, chartValues(t, []string{"evict.yaml"}, append(tc.set, "nodeStartupTaint.enabled=true")...))
+			conds, _, _ := unstructured.NestedSlice(find(t, objs, "MutatingAdmissionPolicy", startupTaintPolicyName).Object, "spec", "matchConditions")
+			got := ""
+			for _, c := range conds {
+				if c.(map[string]any)["name"] == "cni-daemonset-targets-node" {
+					got = strings.Join(strings.Fields(c.(map[string]any)["expression"].(string)), " ")
+				}
+			}
+			if got != tc.want {
+				t.Errorf("%v: condition cni-daemonset-targets-node %q, want %q", tc.set, got, tc.want)
+			}
 		}
 	})
 	t.Run("pull secrets, pod annotations and labels, extra args on every workload", func(t *testing.T) {

@@ -38,7 +38,7 @@ func startupTaints(n *corev1.Node) []corev1.Taint {
 // probeStartupTaint creates a Node in a server-side dry run and reports
 // whether admission gave it the startup taint.
 func probeStartupTaint(ctx context.Context, cs kubernetes.Interface) (bool, error) {
-	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "startup-taint-probe"}},
+	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "startup-taint-probe", Labels: map[string]string{"kubernetes.io/os": "linux"}}},
 		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return false, err
@@ -102,6 +102,10 @@ func TestNodeStartupTaintPolicy(t *testing.T) {
 		want   []corev1.Taint
 	}{
 		{name: "plain", want: []corev1.Taint{want}},
+		// Only where a CNI pod will come: the installer runs on Linux
+		// nodes only (kubelet labels the Node it creates with its OS).
+		{name: "windows", labels: map[string]string{"kubernetes.io/os": "windows"}},
+		{name: "no-os-label", labels: map[string]string{}},
 		{name: "other-taint", taints: []corev1.Taint{other}, want: []corev1.Taint{other, want}},
 		{name: "opted-out", labels: map[string]string{annotations.LabelCNIStartupTaint: annotations.LabelCNIStartupTaintOptOut}},
 		{name: "opt-out-other-value", labels: map[string]string{annotations.LabelCNIStartupTaint: "true"}, want: []corev1.Taint{want}},
@@ -109,7 +113,14 @@ func TestNodeStartupTaintPolicy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "taint-" + tc.name + "-" + suffix, Labels: tc.labels}, Spec: corev1.NodeSpec{Taints: tc.taints}}
+			labels := map[string]string{"kubernetes.io/os": "linux"}
+			if tc.labels != nil {
+				labels = tc.labels
+				if _, set := labels["kubernetes.io/os"]; !set && tc.name != "no-os-label" {
+					labels["kubernetes.io/os"] = "linux"
+				}
+			}
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "taint-" + tc.name + "-" + suffix, Labels: labels}, Spec: corev1.NodeSpec{Taints: tc.taints}}
 			got, err := nodes.Create(ctx, n, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -122,7 +133,7 @@ func TestNodeStartupTaintPolicy(t *testing.T) {
 	}
 
 	t.Run("removal not undone", func(t *testing.T) {
-		n, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "taint-lifted-" + suffix}}, metav1.CreateOptions{})
+		n, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "taint-lifted-" + suffix, Labels: map[string]string{"kubernetes.io/os": "linux"}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
