@@ -28,6 +28,12 @@ const (
 
 // walkthroughBlocks returns the page's local-walkthrough blocks, in order.
 func walkthroughBlocks(page []byte) ([]string, error) {
+	return markedBlocks(page, walkthroughPage, walkthroughMarker)
+}
+
+// markedBlocks returns the ```sh blocks of a page (named file in errors)
+// that follow marker on a line of their own, in order.
+func markedBlocks(page []byte, file, marker string) ([]string, error) {
 	var blocks []string
 	sc := bufio.NewScanner(bytes.NewReader(page))
 	line := 0
@@ -41,17 +47,17 @@ func walkthroughBlocks(page []byte) ([]string, error) {
 		if !ok {
 			break
 		}
-		if strings.TrimSpace(l) != walkthroughMarker {
+		if strings.TrimSpace(l) != marker {
 			continue
 		}
 		at := line
 		if l, ok = next(); !ok || strings.TrimSpace(l) != "```sh" {
-			return nil, fmt.Errorf("%s:%d: %s is not followed by a ```sh block", walkthroughPage, at, walkthroughMarker)
+			return nil, fmt.Errorf("%s:%d: %s is not followed by a ```sh block", file, at, marker)
 		}
 		var b strings.Builder
 		for {
 			if l, ok = next(); !ok {
-				return nil, fmt.Errorf("%s:%d: the block after %s never ends", walkthroughPage, at, walkthroughMarker)
+				return nil, fmt.Errorf("%s:%d: the block after %s never ends", file, at, marker)
 			}
 			if strings.TrimSpace(l) == "```" {
 				break
