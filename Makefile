@@ -69,7 +69,7 @@ CNI_PLUGINS := \
 
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
 	doctor host-packages podman hoststate \
-	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs publish lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm help
 
 ## all: build (the default target)
@@ -120,6 +120,17 @@ release: images
 	$(MAKE) release-chart
 	$(TOOLS_BIN)/release checksums --dir $(DIST)
 	@cat $(DIST)/SHA256SUMS
+
+## publish: push the images of `make images` (every platform of IMAGE_PLATFORMS under one index each) to
+## REGISTRY=host[:port]/path as <REGISTRY>/<name>:<tag>, and the chart, its images defaulting to REGISTRY, as the
+## OCI artifact oci://<REGISTRY>/charts/consul-cni-repair (version VERSION without its "v"); plain HTTP for a
+## loopback registry or PLAIN_HTTP=1. Credentials: ~/.docker/config.json and helm registry login.
+REGISTRY    ?=
+PLAIN_HTTP  ?=
+publish: images tools helm
+	@test -n '$(REGISTRY)' || { echo 'make publish: set REGISTRY=host[:port]/path' >&2; exit 2; }
+	$(TOOLS_BIN)/release publish --images $(IMAGES_DIR) --registry '$(REGISTRY)' --version '$(VERSION)' \
+		--chart charts/consul-cni-repair --helm $(BIN)/helm $(if $(PLAIN_HTTP),--plain-http)
 
 ## tools: the image, release and dashboard tools (separate module tools/)
 tools: toolchain

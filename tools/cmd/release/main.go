@@ -3,6 +3,7 @@
 //
 //	release assemble --images bin/images --out dist --version v0.1.0 --manifests manifests
 //	release checksums --dir dist
+//	release publish --images bin/images --registry host:port/path --version v0.1.0
 //
 // assemble writes images/<name>-<tag>.oci.tar and images/digests.txt,
 // manifests/consul-cni-repair-<overlay>.yaml (every overlay rendered with
@@ -10,7 +11,9 @@
 // CycloneDX BOM from the Go build information of the binaries in each
 // image). checksums then writes SHA256SUMS over every file under the
 // directory (`sha256sum -c SHA256SUMS` verifies it), after anything else
-// (the packaged chart) was added.
+// (the packaged chart) was added. publish pushes the image archives (every
+// platform under one index per image) and the chart, with its images
+// defaulting to that registry, as an OCI artifact (publish.go).
 package main
 
 import (
@@ -43,7 +46,7 @@ func (o *options) validate() error {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: release assemble|checksums [flags]")
+		fmt.Fprintln(os.Stderr, "usage: release assemble|checksums|publish [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -63,8 +66,18 @@ func main() {
 		dir := fs.String("dir", "dist", "release directory")
 		_ = fs.Parse(os.Args[2:])
 		err = writeChecksums(*dir)
+	case "publish":
+		o := &publishOptions{}
+		fs := flag.NewFlagSet("release publish", flag.ExitOnError)
+		o.addFlags(fs)
+		_ = fs.Parse(os.Args[2:])
+		if err := o.validate(); err != nil {
+			fmt.Fprintf(os.Stderr, "release: %v\n", err)
+			os.Exit(2)
+		}
+		err = publish(o, os.Stdout)
 	default:
-		fmt.Fprintf(os.Stderr, "release: unknown subcommand %q (want assemble or checksums)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "release: unknown subcommand %q (want assemble, checksums or publish)\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
