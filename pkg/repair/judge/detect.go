@@ -23,7 +23,8 @@ const (
 	ReasonInitCheckFailed Reason = "init_check_failed"
 	// ReasonSandboxRecreated is signal C: the status says complete, but the
 	// pod's current sandbox was made after the plugin applied the rules
-	// (cni-applied-at), so the rules were applied to an earlier sandbox.
+	// (cni-applied-at, or without it the time the status annotation was
+	// last written), so the rules were applied to an earlier sandbox.
 	ReasonSandboxRecreated Reason = "sandbox_recreated"
 )
 
@@ -41,9 +42,10 @@ type Detector struct {
 	// MinPodAge is how long signal A's condition must hold before the pod
 	// counts as broken.
 	MinPodAge time.Duration
-	// SandboxSlack (signal C) is how much later than cni-applied-at the
-	// current sandbox's PodReadyToStartContainers transition may be and
-	// still be the sandbox the rules were applied to.
+	// SandboxSlack (signal C) is how much later than cni-applied-at (or
+	// the status annotation's last write) the current sandbox's
+	// PodReadyToStartContainers transition may be and still be the sandbox
+	// the rules were applied to.
 	SandboxSlack time.Duration
 }
 
@@ -227,13 +229,13 @@ func (d Detector) signalA(pod *corev1.Pod, now time.Time) Verdict {
 // (cni-applied-at), but the current sandbox became ready later than that by
 // more than SandboxSlack: it was made (a node reboot, a sandbox that died)
 // after the rules were applied to an earlier one, and the chain that made it
-// did not run the plugin (it would have written a new time). Pods without
-// the annotation (older plugins) are never judged by it; a value that does
-// not parse is not trusted to act on.
+// did not run the plugin (it would have written a new time). A value that
+// does not parse is not trusted to act on. Pods without the annotation
+// (consul-k8s's plugin, older ones of ours) are judged by signalCWritten.
 func (d Detector) signalC(pod *corev1.Pod, status string) Verdict {
 	raw, ok := pod.Annotations[annotations.KeyCNIAppliedAt]
 	if !ok {
-		return Verdict{Ignored: "redirection complete"}
+		return d.signalCWritten(pod, status)
 	}
 	applied, err := annotations.ParseTime(annotations.KeyCNIAppliedAt, raw)
 	if err != nil {
@@ -340,4 +342,28 @@ func startedSandboxTime(pod *corev1.Pod) (time.Time, bool) {
 		t = pod.CreationTimestamp.Time
 	}
 	return t, true
+}
+
+// signalCWritten is signal C for a plugin that writes no cni-applied-at
+// (consul-k8s's): the time the status annotation was last written, from the
+// pod's managedFields (StatusWrittenAt; statuswritten.go says why no other
+// writer can make a meshed pod look recreated), stands for it. A pod with no
+// entry owning the annotation is not judged.
+func (d Detector) signalCWritten(pod *corev1.Pod, status string) Verdict {
+	written, manager, ok := StatusWrittenAt(pod)
+	if !ok {
+		return Verdict{Ignored: "redirection complete"}
+	}
+	sandbox, ok := SandboxTime(pod)
+	if !ok || !hasReadyToStart(pod) || !sandbox.After(written.Add(d.SandboxSlack)) {
+		return Verdict{Ignored: "redirection complete"}
+	}
+	return Verdict{
+		Broken: true,
+		Reason: ReasonSandboxRecreated,
+		Since:  sandbox,
+		Detail: fmt.Sprintf("its sandbox was recreated at %s without consul-cni: %s is %q, last written by %s at %s, %s earlier (it has no %s)",
+			annotations.FormatTime(sandbox), annotations.KeyTransparentProxyStatus, status, manager,
+			annotations.FormatTime(written), sandbox.Sub(written).Round(time.Second), annotations.KeyCNIAppliedAt),
+	}
 }

@@ -43,7 +43,7 @@ func (c DetectCase) Detector() judge.Detector {
 // DetectMatrix returns the detector's test matrix: pods never broken, and
 // pods broken by each signal, at and around each threshold.
 func DetectMatrix() []DetectCase {
-	return append(neverBroken(), bySignal()...)
+	return append(append(neverBroken(), bySignal()...), byStatusWritten()...)
 }
 
 // failedCheck is a check init container that failed 5 s ago; with a sandbox
@@ -165,5 +165,37 @@ func bySignal() []DetectCase {
 		}), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-30 * time.Second)},
 		{Name: "A: check crash-looping with another code, old sandbox", Pod: Pod(SandboxAt(-time.Hour), crashLoop(annotations.InitContainerName, 1)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-time.Hour + 30*time.Second)},
 		{Name: "A: restartPolicy Never pod whose check never ran but sandbox is old", Pod: Pod(RestartNever(), SandboxAt(-time.Minute)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-30 * time.Second)},
+	}
+}
+
+// byStatusWritten is signal C for consul-k8s's plugin, which writes no
+// cni-applied-at: the time of the managedFields entry that owns the status
+// annotation stands for it.
+func byStatusWritten() []DetectCase {
+	slack := judge.DefaultConfig().SandboxSlack
+	complete := WithStatus("complete")
+	const plugin, creator = "consul-cni", "kube-controller-manager"
+	labels := `{"f:metadata":{"f:labels":{"f:app":{}}}}`
+	return []DetectCase{
+		// --- not broken ---
+		{Name: "C written: first sandbox ready right after the plugin wrote the status", Pod: Pod(complete, StatusWritten(plugin, -time.Hour), SandboxAt(-time.Hour+5*time.Second))},
+		{Name: "C written: sandbox ready exactly the slack after the status was written", Pod: Pod(complete, StatusWritten(plugin, -time.Hour), SandboxAt(-time.Hour+slack))},
+		{Name: "C written: sandbox ready before the status was written (clock rounding)", Pod: Pod(complete, StatusWritten(plugin, -time.Hour), SandboxAt(-time.Hour-time.Second))},
+		{Name: "C written: no PodReadyToStartContainers condition", Pod: Pod(complete, StatusWritten(plugin, -2*time.Hour), StartedApp(-time.Minute))},
+		{Name: "C written: sandbox being recreated (condition False)", Pod: Pod(complete, StatusWritten(plugin, -2*time.Hour), SandboxDown(-time.Second))},
+		{Name: "C written: the plugin wrote the status again after the recreated sandbox", Pod: Pod(complete, StatusWritten(plugin, -time.Hour+10*time.Second), SandboxAt(-time.Hour), StartedApp(-2*time.Hour))},
+		{Name: "C written: someone rewrote the status after the sandbox (the latest owner counts)", Pod: Pod(complete, StatusWritten(plugin, -2*time.Hour), StatusWritten("kubectl-annotate", -30*time.Minute), SandboxAt(-time.Hour))},
+		{Name: "C written: managed fields own only other fields", Pod: Pod(complete, ManagedFields(creator, -2*time.Hour, labels), ManagedFields("kubelet", -time.Hour, `{"f:status":{"f:conditions":{}}}`), SandboxAt(-time.Hour))},
+		{Name: "C written: entry owning the status without a time", Pod: Pod(complete, StatusWritten(plugin, -2*time.Hour), func(p *corev1.Pod) { p.ManagedFields[0].Time = nil }, SandboxAt(-time.Hour))},
+		{Name: "C written: fieldsV1 that does not parse", Pod: Pod(complete, ManagedFields(plugin, -2*time.Hour, `{"f:metadata":`), SandboxAt(-time.Hour))},
+		{Name: "C written: status enabled, written at creation, is judged by signal A", Pod: Pod(StatusWritten(creator, -time.Hour), SandboxAt(-10*time.Second)), Recheck: T0.Add(20 * time.Second)},
+		{Name: "C written: cni-applied-at decides when present (rules applied to this sandbox)", Pod: Pod(complete, AppliedAt(-time.Hour), StatusWritten(plugin, -2*time.Hour), SandboxAt(-time.Hour+time.Second))},
+
+		// --- broken ---
+		{Name: "C written: sandbox recreated 1h after the plugin wrote the status (reboot)", Pod: Pod(complete, StatusWritten(plugin, -2*time.Hour), ManagedFields("kubelet", -time.Minute, `{"f:status":{"f:conditions":{}}}`), SandboxAt(-time.Hour), StartedApp(-time.Hour)), Broken: true, Reason: judge.ReasonSandboxRecreated, Since: T0.Add(-time.Hour)},
+		{Name: "C written: sandbox ready one second beyond the slack", Pod: Pod(complete, StatusWritten(plugin, -time.Hour), SandboxAt(-time.Hour+slack+time.Second)), Broken: true, Reason: judge.ReasonSandboxRecreated, Since: T0.Add(-time.Hour + slack + time.Second)},
+		{Name: "C written: completed spelling, other entries own other fields only", Pod: Pod(WithStatus("completed"), ManagedFields(creator, -3*time.Hour, labels), StatusWritten(plugin, -2*time.Hour), SandboxAt(-time.Minute)), Broken: true, Reason: judge.ReasonSandboxRecreated, Since: T0.Add(-time.Minute)},
+		{Name: "C written: status complete owned by the creating request, sandbox made after creation", Pod: Pod(complete, StatusWritten(creator, -time.Hour), SandboxAt(-time.Minute)), Broken: true, Reason: judge.ReasonSandboxRecreated, Since: T0.Add(-time.Minute)},
+		{Name: "C written: cni-applied-at decides when present (sandbox recreated, status rewritten since)", Pod: Pod(complete, AppliedAt(-2*time.Hour), StatusWritten("kubectl-annotate", -time.Minute), SandboxAt(-time.Hour)), Broken: true, Reason: judge.ReasonSandboxRecreated, Since: T0.Add(-time.Hour)},
 	}
 }

@@ -110,6 +110,24 @@ func AppliedAt(d time.Duration) PodOpt {
 	return WithAnnotation(annotations.KeyCNIAppliedAt, annotations.FormatTime(T0.Add(d)))
 }
 
+// StatusWritten adds a managedFields entry of manager, at T0+d, that owns
+// the transparent-proxy-status annotation (the last update that changed it).
+func StatusWritten(manager string, d time.Duration) PodOpt {
+	return ManagedFields(manager, d, `{"f:metadata":{"f:annotations":{"f:`+annotations.KeyTransparentProxyStatus+`":{}}}}`)
+}
+
+// ManagedFields adds a managedFields entry (an update) of manager, at T0+d,
+// with fieldsV1 fields.
+func ManagedFields(manager string, d time.Duration, fields string) PodOpt {
+	return func(p *corev1.Pod) {
+		t := At(d)
+		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{
+			Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+			Time: &t, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+		})
+	}
+}
+
 // StartedApp adds an app container running since T0+d.
 func StartedApp(d time.Duration) PodOpt {
 	return func(p *corev1.Pod) {
