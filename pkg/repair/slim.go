@@ -33,10 +33,11 @@ var keptPodLabels = []string{
 // time, the PodReadyToStartContainers condition, the statuses of the check
 // init containers (initNames) without messages, and, standing for every
 // other container, at most one status that says when the first of them
-// started (all that sandbox detection needs). Everything else (managed
-// fields, most of the spec, images, resources, termination messages) is
-// dropped before the object is cached, which is what keeps 10,000 pods in a
-// few tens of MiB.
+// started (all that sandbox detection needs), and of the managed fields one
+// entry: the time and manager of the one that owns the status annotation.
+// Everything else (the other managed fields, most of the spec, images,
+// resources, termination messages) is dropped before the object is cached,
+// which is what keeps 10,000 pods in a few tens of MiB.
 func slimInjectedPodFor(initNames []string) func(interface{}) (interface{}, error) {
 	names := append([]string(nil), initNames...)
 	return func(obj interface{}) (interface{}, error) { return slimInjectedPod(obj, names) }
@@ -68,6 +69,12 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 			PodIP:     pod.Status.PodIP,
 			StartTime: pod.Status.StartTime,
 		},
+	}
+	// Of the managed fields, the time of the entry that owns the status
+	// annotation (signal C without cni-applied-at).
+	if at, manager, ok := judge.StatusWrittenAt(pod); ok {
+		t := metav1.NewTime(at)
+		out.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Time: &t, FieldsType: "FieldsV1", FieldsV1: judge.StatusFieldsV1()}}
 	}
 	for _, ref := range pod.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {

@@ -64,6 +64,41 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 	}
 }
 
+// Of the managed fields, the slim pod keeps exactly one entry: the time and
+// manager of the latest entry that owns the status annotation, naming only
+// that field (signal C for consul-k8s's plugin); none when no entry owns it.
+func TestSlimKeepsOnlyTheEntryOwningTheStatus(t *testing.T) {
+	const labels = `{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{}}}`
+	p := judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour),
+		judgetest.ManagedFields("kube-controller-manager", -3*time.Hour, labels),
+		judgetest.StatusWritten("kubectl-annotate", -2*time.Hour),
+		judgetest.ManagedFields("consul-cni", -90*time.Minute, `{"f:metadata":{"f:annotations":{"f:`+annotations.KeyTransparentProxyStatus+`":{},"f:other":{}}}}`),
+		judgetest.ManagedFields("kubelet", -time.Minute, `{"f:status":{"f:conditions":{}}}`))
+	o, err := slimDefault(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.(*corev1.Pod)
+	if len(s.ManagedFields) != 1 {
+		t.Fatalf("kept %d managed fields entries, want 1: %+v", len(s.ManagedFields), s.ManagedFields)
+	}
+	e := s.ManagedFields[0]
+	if e.Manager != "consul-cni" || e.Time == nil || !e.Time.Equal(ptrTime(judgetest.At(-90*time.Minute))) || e.FieldsV1 == nil ||
+		string(e.FieldsV1.Raw) != `{"f:metadata":{"f:annotations":{"f:`+annotations.KeyTransparentProxyStatus+`":{}}}}` {
+		t.Errorf("kept entry: %+v (fields %s)", e, e.FieldsV1)
+	}
+	if at, m, ok := judge.StatusWrittenAt(s); !ok || m != "consul-cni" || !at.Equal(judgetest.T0.Add(-90*time.Minute)) {
+		t.Errorf("status written on the slim pod: %s by %q (%v)", at, m, ok)
+	}
+	if len(p.ManagedFields) != 4 {
+		t.Error("the input object was modified")
+	}
+	none := judgetest.Pod(judgetest.WithStatus("complete"), judgetest.ManagedFields("kube-controller-manager", -3*time.Hour, labels))
+	if o, _ := slimDefault(none); o.(*corev1.Pod).ManagedFields != nil {
+		t.Errorf("kept entries that do not own the status: %+v", o.(*corev1.Pod).ManagedFields)
+	}
+}
+
 func ptrTime(t metav1.Time) *metav1.Time { return &t }
 
 func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
