@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
@@ -233,5 +234,66 @@ func TestIntegrationSandboxRecreatedEvicted(t *testing.T) {
 	replaced(t, c.Client, ns, "rebooted", p.UID, 1)
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); n != 1 {
 		t.Fatalf("repaired{reason=sandbox_recreated} = %v", n)
+	}
+}
+
+// writeStatusAsConsulK8s writes the status annotation the way consul-k8s's
+// plugin does in each ADD: GET, then a full Update, with its own field
+// manager (client-go names it after the program: consul-cni).
+func writeStatusAsConsulK8s(t *testing.T, client kubernetes.Interface, ns, name, status string) *corev1.Pod {
+	t.Helper()
+	p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[annotations.KeyTransparentProxyStatus] = status
+	out, err := client.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update %s to %s: %v", name, status, err)
+	}
+	return out
+}
+
+// Signal C without cni-applied-at, against the API server's own
+// managedFields: consul-k8s's plugin's writes (waiting, then complete) give
+// the status annotation to its manager at the time of the write; a write
+// that changes nothing leaves that time; a sandbox that became ready more
+// than the slack after it is replaced, one ready right after it is not.
+func TestIntegrationSandboxRecreatedWithoutAppliedAt(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	node := createNode(t, c, true)
+	pods := replicaSet(t, c, ns, "consulk8s", node, 2)
+	cfg := rest.CopyConfig(c.Config)
+	cfg.UserAgent = "consul-cni/v2.1.0-dev"
+	plugin := kubernetes.NewForConfigOrDie(cfg)
+	const slack = time.Second
+
+	old, fresh := pods[0].Name, pods[1].Name
+	for _, name := range []string{old, fresh} {
+		if at, m, ok := judge.StatusWrittenAt(writeStatusAsConsulK8s(t, plugin, ns, name, annotations.TProxyStatusWaiting)); !ok || m != "consul-cni" || time.Since(at) > time.Minute {
+			t.Fatalf("%s: waiting written by %q at %s (%v)", name, m, at, ok)
+		}
+	}
+	first := writeStatusAsConsulK8s(t, plugin, ns, old, annotations.TProxyStatusComplete)
+	written, _, _ := judge.StatusWrittenAt(first)
+	time.Sleep(2 * slack)
+	// The same value again (a lost waiting write before it): nothing
+	// changes, and neither does the time.
+	if at, m, ok := judge.StatusWrittenAt(writeStatusAsConsulK8s(t, plugin, ns, old, annotations.TProxyStatusComplete)); !ok || m != "consul-cni" || !at.Equal(written) {
+		t.Fatalf("no-op write moved the time: %s -> %s by %q", written, at, m)
+	}
+	time.Sleep(slack)
+	p := markRunningReady(t, c.Client, first)
+	f := markRunningReady(t, c.Client, writeStatusAsConsulK8s(t, plugin, ns, fresh, annotations.TProxyStatusComplete))
+
+	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.SandboxSlack = slack })
+	replaced(t, c.Client, ns, "consulk8s", p.UID, 2)
+	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); n != 1 {
+		t.Fatalf("repaired{reason=sandbox_recreated} = %v", n)
+	}
+	got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), fresh, metav1.GetOptions{})
+	if err != nil || got.UID != f.UID || got.DeletionTimestamp != nil {
+		t.Fatalf("pod %s, its sandbox ready right after the status was written, was acted on: %v", fresh, err)
 	}
 }
