@@ -152,7 +152,7 @@ func (w *podWorker) probeOnce(ctx context.Context, p *corev1.Probe, timeout time
 		if err != nil {
 			return err
 		}
-		resp, err := w.n.probeClient().Do(req)
+		resp, err := w.n.HTTPClient().Do(req)
 		if err != nil {
 			return err
 		}
@@ -192,8 +192,9 @@ func baseName(p string) string {
 	return p
 }
 
-// probeClient is an HTTP client whose connections start in the node's
-// network namespace, as kubelet's HTTP probes do.
-func (n *Node) probeClient() *http.Client {
+// HTTPClient is an HTTP client whose connections start in the node's
+// network namespace, as kubelet's HTTP probes do and as a scraper reaches a
+// hostNetwork pod's port on the node.
+func (n *Node) HTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: n.net.dial, DisableKeepAlives: true}}
 }

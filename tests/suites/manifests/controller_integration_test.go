@@ -117,7 +117,13 @@ func startController(t *testing.T, bin string, args []string) (logPath string) {
 }
 
 func httpGet(url string) (int, string, error) {
-	cl := &http.Client{Timeout: 5 * time.Second}
+	return httpGetVia(&http.Client{}, url)
+}
+
+// httpGetVia is httpGet with the client's transport (a node's network
+// namespace, for instance).
+func httpGetVia(cl *http.Client, url string) (int, string, error) {
+	cl.Timeout = 5 * time.Second
 	resp, err := cl.Get(url)
 	if err != nil {
 		return 0, "", err
@@ -128,7 +134,11 @@ func httpGet(url string) (int, string, error) {
 }
 
 func scrape(url string) (map[string]*dto.MetricFamily, error) {
-	code, body, err := httpGet(url)
+	return scrapeVia(&http.Client{}, url)
+}
+
+func scrapeVia(cl *http.Client, url string) (map[string]*dto.MetricFamily, error) {
+	code, body, err := httpGetVia(cl, url)
 	if err != nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func TestApplyOnSimulatedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, time.Minute, "installer metrics on the node's port "+port, func() error {
-		fams, err := scrape("http://" + net.JoinHostPort("127.0.0.1", port) + "/metrics")
+		fams, err := scrapeVia(node.HTTPClient(), "http://"+net.JoinHostPort("127.0.0.1", port)+"/metrics")
 		if err != nil {
 			return err
 		}
