@@ -163,7 +163,7 @@ cni-bins: toolchain
 ## as it was found (hoststate)
 test: doctor host-packages hoststate
 	@mkdir -p $(CACHE)
-	@$(HOSTSTATE) save $(CACHE)/hoststate-test.json
+	@$(HOSTSTATE) sweep && $(HOSTSTATE) save $(CACHE)/hoststate-test.json
 	@rc=0; $(MAKE) test-tiers || rc=$$?; $(HOSTSTATE) compare $(CACHE)/hoststate-test.json || rc=1; exit $$rc
 
 ## test-tiers: the tiers of make test without the host checks: lint, unit, privileged, integration, images
@@ -182,7 +182,7 @@ host-packages: deps promtool podman
 podman:
 	@./hack/install-podman.sh
 
-## hoststate: the host-state recorder (tests/cmd/hoststate): `make test` and `make demo` record the host before
+## hoststate: the host-state recorder (tests/cmd/hoststate): `make test` and `make demo` sweep what killed runs left, record the host before
 ## they start anything and fail when it differs afterwards
 HOSTSTATE := $(TOOLS_BIN)/hoststate
 hoststate: toolchain
@@ -336,7 +336,7 @@ cluster: deps kube-bins
 ## (DEMO_NODES=simnode: simulated nodes); fails when a run does not show what it claims, or leaves the host changed
 demo: doctor kube-bins node-bins hoststate
 	@mkdir -p $(CACHE)
-	@$(HOSTSTATE) save $(CACHE)/hoststate-demo.json
+	@$(HOSTSTATE) sweep && $(HOSTSTATE) save $(CACHE)/hoststate-demo.json
 	@rc=0; $(GO) run ./tests/cmd/demo $(if $(DEMO_NODES),--nodes $(DEMO_NODES)) || rc=$$?; \
 		$(HOSTSTATE) compare $(CACHE)/hoststate-demo.json || rc=1; exit $$rc
 

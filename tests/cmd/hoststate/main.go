@@ -2,8 +2,14 @@
 // afterwards (tests/harness/hoststate): `make test` and `make demo` fail when
 // the host is not left as they found it.
 //
+//	hoststate sweep          remove what killed runs of the harness left
+//	                         (realnode.SweepStale: nodes, slots, cgroups)
 //	hoststate save FILE      record the host now
 //	hoststate compare FILE   exit 1 and list every difference from FILE
+//
+// A run sweeps before it records: the leftovers of an earlier killed run are
+// the harness's own, and the harness's next start would remove them, which
+// the comparison would otherwise blame on this run.
 package main
 
 import (
@@ -11,11 +17,16 @@ import (
 	"os"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/hoststate"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "sweep" {
+		realnode.SweepStale()
+		return
+	}
 	if len(os.Args) != 3 || (os.Args[1] != "save" && os.Args[1] != "compare") {
-		fmt.Fprintln(os.Stderr, "usage: hoststate save|compare FILE")
+		fmt.Fprintln(os.Stderr, "usage: hoststate sweep | hoststate save|compare FILE")
 		os.Exit(2)
 	}
 	file := os.Args[2]
