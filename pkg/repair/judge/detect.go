@@ -241,18 +241,22 @@ func (d Detector) signalC(pod *corev1.Pod, status string) Verdict {
 	if err != nil {
 		return Verdict{Ignored: "redirection complete; " + err.Error()}
 	}
+	return d.recreatedAfter(pod, applied, func(sandbox time.Time) string {
+		return fmt.Sprintf("its sandbox was recreated at %s without consul-cni: %s is %q but %s is %s, %s earlier",
+			annotations.FormatTime(sandbox), annotations.KeyTransparentProxyStatus, status,
+			annotations.KeyCNIAppliedAt, raw, sandbox.Sub(applied).Round(time.Second))
+	})
+}
+
+// recreatedAfter is signal C's test against the time consul-cni last acted
+// on the pod: a sandbox that became ready more than the slack later was made
+// without it. detail words the verdict.
+func (d Detector) recreatedAfter(pod *corev1.Pod, acted time.Time, detail func(sandbox time.Time) string) Verdict {
 	sandbox, ok := SandboxTime(pod)
-	if !ok || !hasReadyToStart(pod) || !sandbox.After(applied.Add(d.SandboxSlack)) {
+	if !ok || !hasReadyToStart(pod) || !sandbox.After(acted.Add(d.SandboxSlack)) {
 		return Verdict{Ignored: "redirection complete"}
 	}
-	return Verdict{
-		Broken: true,
-		Reason: ReasonSandboxRecreated,
-		Since:  sandbox,
-		Detail: fmt.Sprintf("its sandbox was recreated at %s without consul-cni: %s is %q but %s is %s, %s earlier",
-			annotations.FormatTime(sandbox), annotations.KeyTransparentProxyStatus, status,
-			annotations.KeyCNIAppliedAt, raw, sandbox.Sub(applied).Round(time.Second)),
-	}
+	return Verdict{Broken: true, Reason: ReasonSandboxRecreated, Since: sandbox, Detail: detail(sandbox)}
 }
 
 // SandboxTime returns when the pod's latest sandbox was created, as far as
@@ -354,16 +358,9 @@ func (d Detector) signalCWritten(pod *corev1.Pod, status string) Verdict {
 	if !ok {
 		return Verdict{Ignored: "redirection complete"}
 	}
-	sandbox, ok := SandboxTime(pod)
-	if !ok || !hasReadyToStart(pod) || !sandbox.After(written.Add(d.SandboxSlack)) {
-		return Verdict{Ignored: "redirection complete"}
-	}
-	return Verdict{
-		Broken: true,
-		Reason: ReasonSandboxRecreated,
-		Since:  sandbox,
-		Detail: fmt.Sprintf("its sandbox was recreated at %s without consul-cni: %s is %q, last written by %s at %s, %s earlier (it has no %s)",
+	return d.recreatedAfter(pod, written, func(sandbox time.Time) string {
+		return fmt.Sprintf("its sandbox was recreated at %s without consul-cni: %s is %q, last written by %s at %s, %s earlier (it has no %s)",
 			annotations.FormatTime(sandbox), annotations.KeyTransparentProxyStatus, status, manager,
-			annotations.FormatTime(written), sandbox.Sub(written).Round(time.Second), annotations.KeyCNIAppliedAt),
-	}
+			annotations.FormatTime(written), sandbox.Sub(written).Round(time.Second), annotations.KeyCNIAppliedAt)
+	})
 }
