@@ -56,11 +56,13 @@ func (r *runner) removeStartupTaintPolicy(name string) {
 	})
 }
 
-// probeStartupTaint creates a Node in a server-side dry run and reports
-// whether admission gave it the startup taint.
+// probeStartupTaint creates a Node in a server-side dry run, labelled as
+// kubelet registers a Linux node (the policy taints only nodes the
+// installer's nodeSelector targets), and reports whether admission gave it
+// the startup taint.
 func (r *runner) probeStartupTaint(ctx context.Context) (bool, error) {
-	n, err := r.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "race-" + r.id + "-probe"}},
-		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "race-" + r.id + "-probe", Labels: map[string]string{corev1.LabelOSStable: "linux"}}}
+	n, err := r.cs.CoreV1().Nodes().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return false, err
 	}
