@@ -1,9 +1,11 @@
 package iptables
 
+import "slices"
+
 // Unexported functions the external tests of this package call.
 var (
 	Specs       = specs
-	Equal       = equal
+	Equal       = slices.Equal[[]string]
 	QuoteSpec   = quoteSpec
 	Tokens      = tokens
 	BuildFamily = build

@@ -139,43 +139,15 @@ func specs(rules []Rule) []string {
 // compare reports the differences between the expected and the actual rule
 // lists of one chain.
 func compare(d *Drift, chain string, want, got []string) {
-	if equal(want, got) {
-		return
-	}
-	count := map[string]int{}
-	for _, s := range got {
-		count[s]++
-	}
-	missing, extra := 0, 0
-	for _, s := range want {
-		if count[s] > 0 {
-			count[s]--
-			continue
-		}
-		missing++
+	diff := redirect.DiffLists(want, got)
+	for _, s := range diff.Missing {
 		d.Problems = append(d.Problems, fmt.Sprintf("rule missing: -A %s %s", chain, s))
 	}
-	for _, s := range got {
-		if count[s] > 0 {
-			count[s]--
-			extra++
-			d.Problems = append(d.Problems, fmt.Sprintf("unexpected rule: -A %s %s", chain, s))
-		}
+	for _, s := range diff.Extra {
+		d.Problems = append(d.Problems, fmt.Sprintf("unexpected rule: -A %s %s", chain, s))
 	}
-	if missing == 0 && extra == 0 {
+	if diff.Reordered {
 		d.Problems = append(d.Problems, fmt.Sprintf("rules of %s are out of order: have [%s], want [%s]",
 			chain, strings.Join(got, " | "), strings.Join(want, " | ")))
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 
 	gnft "github.com/google/nftables"
@@ -327,30 +326,14 @@ func compareRules(d *Drift, chain string, want []Rule, got []*gnft.Rule) {
 	for i, r := range got {
 		g[i] = ruleString(r.Exprs)
 	}
-	if slices.Equal(w, g) {
-		return
-	}
-	count := map[string]int{}
-	for _, s := range g {
-		count[s]++
-	}
-	missing, extra := 0, 0
-	for _, s := range w {
-		if count[s] > 0 {
-			count[s]--
-			continue
-		}
-		missing++
+	diff := redirect.DiffLists(w, g)
+	for _, s := range diff.Missing {
 		d.Problems = append(d.Problems, fmt.Sprintf("rule missing in %s: %s", chain, text[s]))
 	}
-	for _, s := range g {
-		if count[s] > 0 {
-			count[s]--
-			extra++
-			d.Problems = append(d.Problems, fmt.Sprintf("unexpected rule in %s: %s", chain, s))
-		}
+	for _, s := range diff.Extra {
+		d.Problems = append(d.Problems, fmt.Sprintf("unexpected rule in %s: %s", chain, s))
 	}
-	if missing == 0 && extra == 0 {
+	if diff.Reordered {
 		names := func(list []string) string {
 			out := make([]string, len(list))
 			for i, s := range list {
