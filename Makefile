@@ -69,7 +69,7 @@ CNI_PLUGINS := \
 
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
 	doctor host-packages podman hoststate \
-	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs publish lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs publish registry-bin lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
 	clean clean-testbin helm help
 
 ## all: build (the default target)
@@ -249,9 +249,13 @@ dashboard: toolchain
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the base overlay and the chart on two real nodes,
-## the local walkthrough of docs/demo.md with kubectl
-test-manifests-integration: deps kube-bins node-bins helm
-	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 40m ./...
+## the local walkthrough of docs/demo.md with kubectl, the README's path after make publish to a local registry
+test-manifests-integration: deps kube-bins node-bins helm registry-bin
+	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 50m ./...
+
+## registry-bin: Debian's docker-registry (a real OCI registry the publish test runs on loopback)
+registry-bin:
+	@./hack/apt-install.sh --stop docker-registry docker-registry=docker-registry
 
 ## helm: the Helm CLI pinned in tools/go.mod (tool directive), into bin/helm
 helm: toolchain
