@@ -33,7 +33,7 @@ const firstHourVersion = "v0.1.0"
 
 // TestFirstHour publishes the project to a real registry on loopback with
 // `make publish` and runs the README's path as written (its first-hour
-// blocks, only the registry's host changed) with kubectl and helm against
+// blocks, only the registry's host changed and helm's --plain-http added) with kubectl and helm against
 // two real nodes that hold none of the project's images: they pull them
 // from the registry. Beside it runs a stand-in of consul-k8s's CNI
 // DaemonSet (consul/consul-cni, the pause image), which the README's
@@ -146,7 +146,9 @@ func publishWithMake(t *testing.T, dest string) []string {
 }
 
 // firstHourBlocks are the README's first-hour blocks with the published
-// registry in place of the project's.
+// registry in place of the project's, and helm told to speak plain HTTP to
+// it (helm, unlike containerd and go-containerregistry, does not choose it
+// by itself for a loopback registry).
 func firstHourBlocks(t *testing.T, published string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "README.md"))
@@ -159,6 +161,8 @@ func firstHourBlocks(t *testing.T, published string) []string {
 	}
 	for i := range blocks {
 		blocks[i] = strings.ReplaceAll(blocks[i], projectRegistry, published)
+		chart := "oci://" + published + "/charts/consul-cni-repair"
+		blocks[i] = strings.ReplaceAll(blocks[i], chart, chart+" --plain-http")
 	}
 	return blocks
 }
