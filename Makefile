@@ -176,7 +176,7 @@ doctor: deps
 
 ## host-packages: every system package the tiers install (before the host is recorded, so installing them is no
 ## difference)
-host-packages: deps promtool podman
+host-packages: deps promtool podman registry-bin
 
 ## podman: podman, conmon and runc via apt-get when missing (test-images runs the images with them)
 podman:

@@ -4,7 +4,8 @@
 // promtool), the runbook and the dashboard's queries. With
 // the build tag integration it applies them to the local control plane
 // (server-side dry-run, RBAC by impersonation, helm install, upgrade and
-// uninstall on simulated and real nodes, migration from consul-k8s's CNI).
+// uninstall on simulated and real nodes, migration from consul-k8s's CNI, the
+// README's install path after make publish to a real registry on loopback).
 //
 // It is a module of its own so that Helm and kustomize stay out of the
 // product's go.mod (ARCHITECTURE.md, Modules).

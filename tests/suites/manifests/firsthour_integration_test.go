@@ -55,7 +55,7 @@ func TestFirstHour(t *testing.T) {
 	a := newApplier(t, c)
 	helm := newHelmCLI(t, c.Kubeconfig)
 	kubectl := walkthroughKubectl(t)
-	waitNamespaceGone(t, c, namespace)
+	removeNamespace(t, c, namespace) // the README's first block creates it
 	removeClusterScoped(t, a, renderChartIn(t, namespace, chartValues(t, nil)))
 
 	r := testnet.Reserve(t)
@@ -170,19 +170,16 @@ func firstHourBlocks(t *testing.T, published string) []string {
 // consulCNIStandIn is consul-k8s's CNI DaemonSet as its chart names it
 // (release consul: namespace consul, DaemonSet consul-cni, pods labelled
 // app=consul,component=cni), running the pause image: what the README's
-// hand-over acts on. Its pods run on both nodes first.
+// hand-over acts on. Its pods run on both nodes first. Its namespace is
+// its own for the test: gone when the test ends, so the next test that
+// makes it does not find it terminating.
 func consulCNIStandIn(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "consul"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), "consul", metav1.DeleteOptions{})
-	})
+	freshNamespace(t, c, consulK8sNS)
 	labels := map[string]string{"app": "consul", "component": "cni"}
 	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "consul-cni", Namespace: "consul", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: consulK8sDS, Namespace: consulK8sNS, Labels: labels},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
@@ -194,11 +191,11 @@ func consulCNIStandIn(t *testing.T, c *cluster.Cluster) {
 			},
 		},
 	}
-	if _, err := c.Client.AppsV1().DaemonSets("consul").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().DaemonSets(consulK8sNS).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, 3*time.Minute, "consul-k8s's CNI DaemonSet (stand-in) Ready on both nodes", func() error {
-		return podsReady(ctx, c, "consul", "app=consul,component=cni", "", 2)
+		return podsReady(ctx, c, consulK8sNS, consulK8sSelector, "", 2)
 	})
 }
 
@@ -239,7 +236,7 @@ func checkFirstInstall(t *testing.T, c *cluster.Cluster, nodes []*realnode.Node,
 		}
 	}
 	poll.Eventually(t, 2*time.Minute, "consul-k8s's CNI pods gone after the hand-over", func() error {
-		l, err := c.Client.CoreV1().Pods("consul").List(ctx, metav1.ListOptions{LabelSelector: "app=consul,component=cni"})
+		l, err := c.Client.CoreV1().Pods(consulK8sNS).List(ctx, metav1.ListOptions{LabelSelector: consulK8sSelector})
 		if err == nil && len(l.Items) > 0 {
 			err = fmt.Errorf("%d pods left, %s among them", len(l.Items), l.Items[0].Name)
 		}
@@ -282,4 +279,28 @@ func waitNamespaceGone(t *testing.T, c *cluster.Cluster, ns string) {
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
+}
+
+// freshNamespace makes namespace ns for the test alone: one another test
+// left (or is still deleting) is removed first, since a terminating
+// namespace refuses new objects. At the test's end ns is removed again, so
+// the next test that makes it starts clean.
+func freshNamespace(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	removeNamespace(t, c, ns)
+	if _, err := c.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() { removeNamespace(t, c, ns) })
+}
+
+// removeNamespace deletes namespace ns if it exists and waits until it is
+// gone.
+func removeNamespace(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	err := c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete namespace %s: %v", ns, err)
+	}
+	waitNamespaceGone(t, c, ns)
 }
