@@ -18,6 +18,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/lifecycle"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -100,7 +101,7 @@ func run(o *options) error {
 			programs := simnode.ProjectPrograms(env)
 			programs["podprog"] = testbin.Package(env, "podprog", "./tests/cmd/podprog")
 			for i := 0; i < o.Nodes; i++ {
-				idx, release, err := simnode.AllocSubnet()
+				idx, release, err := podnet.AllocSubnet()
 				if err != nil {
 					return err
 				}

@@ -37,7 +37,7 @@
 // by the address slot of tests/harness/testnet so a killed run's is removed
 // when the slot is reserved again) in which kubelet, containerd, the CNI
 // plugins and hostNetwork pods run. The node takes a /24 of the slot
-// (Node.Subnet, allocated with simnode.AllocSubnet so simulated and real
+// (Node.Subnet, allocated with podnet.AllocSubnet so simulated and real
 // nodes never share one); its first address is the node IP (Node.IP) on the
 // namespace's eth0, cabled to the slot's router namespace
 // (testnet.Range.Link), which routes the /24 to it and forwards between
@@ -110,8 +110,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -194,7 +194,7 @@ func Start(ctx context.Context, c *cluster.Cluster, r *testnet.Range, opts Optio
 		return nil, err
 	}
 	SweepStale()
-	idx, release, err := simnode.AllocSubnet()
+	idx, release, err := podnet.AllocSubnet()
 	if err != nil {
 		return nil, err
 	}
@@ -297,13 +297,12 @@ func (n *Node) prepare(r *testnet.Range) error {
 	if err := n.setupNetwork(r); err != nil {
 		return err
 	}
-	plugins := []string{
-		filepath.Join(n.opts.CNIBinDir, "ptp"),
-		filepath.Join(n.opts.CNIBinDir, "host-local"),
-		filepath.Join(n.opts.CNIBinDir, "loopback"),
+	var plugins []string
+	for _, p := range podnet.Plugins {
+		plugins = append(plugins, filepath.Join(n.opts.CNIBinDir, p))
 	}
 	for _, p := range append(plugins, n.opts.Plugins...) {
-		if err := simnode.CopyExecutable(p, filepath.Join(n.paths.cniBin, filepath.Base(p))); err != nil {
+		if err := podnet.CopyExecutable(p, filepath.Join(n.paths.cniBin, filepath.Base(p))); err != nil {
 			return fmt.Errorf("CNI plugin %s: %w", p, err)
 		}
 	}
@@ -323,10 +322,7 @@ func (n *Node) cgroupName() string { return filepath.Base(n.Dir) }
 // DefaultConfList is the node's primary network: ptp with host-local in
 // Subnet (state in the node's directory), ipMasq off, MTU 1500.
 func (n *Node) DefaultConfList() []byte {
-	b := simnode.PrimaryConflist(n.Dir, n.Subnet)
-	// PrimaryConflist keeps host-local's state under <root>/var/lib/cni;
-	// here it is the node's cni/networks.
-	return []byte(strings.ReplaceAll(string(b), filepath.Join(n.Dir, "var", "lib", "cni", "networks"), n.paths.cniNetworks))
+	return podnet.Conflist(n.paths.cniNetworks, n.Subnet)
 }
 
 // ConfDir and CNIBinDir are the node's CNI directories.

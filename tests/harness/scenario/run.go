@@ -34,9 +34,9 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/consulk8s"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 )
 
 // Mode is one of the three runs.
@@ -735,7 +735,7 @@ func (r *runner) chainDirectly(ctx context.Context) error {
 	if err := r.applyCNIManifests(ctx, false); err != nil {
 		return err
 	}
-	if err := simnode.CopyExecutable(r.e.Bins.ConsulCNI, filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
+	if err := podnet.CopyExecutable(r.e.Bins.ConsulCNI, filepath.Join(r.node.BinDir(), "consul-cni")); err != nil {
 		return err
 	}
 	tok, err := r.nodeBoundToken(ctx)

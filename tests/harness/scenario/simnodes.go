@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 )
 
@@ -27,7 +28,7 @@ func (s *SimNodes) Kind() string { return "simnode" }
 // Start starts a simulated node with a fresh root and pod subnet.
 func (s *SimNodes) Start(ctx context.Context, spec NodeSpec) (Node, error) {
 	e := s.e
-	idx, release, err := simnode.AllocSubnet()
+	idx, release, err := podnet.AllocSubnet()
 	if err != nil {
 		return nil, err
 	}

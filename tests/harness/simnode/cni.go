@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cnichain"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 )
 
 // loopbackNetwork is the network containerd's CRI plugin always sets up
@@ -27,9 +26,6 @@ const loopbackNetwork = `{"cniVersion":"1.0.0","name":"cni-loopback","plugins":[
 
 // PrimaryNetworkFile is the conflist SetupRoot writes.
 const PrimaryNetworkFile = "10-ptp.conflist"
-
-// PrimaryNetworkName is the network name in that conflist.
-const PrimaryNetworkName = "ccr-pods"
 
 // loadNetwork returns the network a sandbox created now would get: the
 // first configuration file in lexical order (.conf, .conflist, .json) that
@@ -260,68 +256,22 @@ func (n *Node) destroySandbox(ctx context.Context, pod *corev1.Pod, sb *sandbox)
 	return nil
 }
 
-// SetupRoot prepares a node root: the reference plugins ptp, host-local
-// and loopback copied from pluginDir into Root/opt/cni/bin, and a primary
-// network in Root/etc/cni/net.d/10-ptp.conflist that gives pods addresses
-// from subnet (host-local, state under Root/var/lib/cni/networks) with ptp
-// and no masquerading.
+// SetupRoot prepares a node root: the reference plugins of the primary
+// network (podnet.Plugins) copied from pluginDir into Root/opt/cni/bin, and
+// the primary network (podnet.Conflist) in Root/etc/cni/net.d/10-ptp.conflist
+// that gives pods addresses from subnet (host-local, state under
+// Root/var/lib/cni/networks).
 func SetupRoot(root, pluginDir string, subnet netip.Prefix) error {
 	for _, d := range []string{confDir(root), binDir(root)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	for _, p := range []string{"ptp", "host-local", "loopback"} {
-		if err := CopyExecutable(filepath.Join(pluginDir, p), filepath.Join(binDir(root), p)); err != nil {
+	for _, p := range podnet.Plugins {
+		if err := podnet.CopyExecutable(filepath.Join(pluginDir, p), filepath.Join(binDir(root), p)); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(confDir(root), PrimaryNetworkFile), PrimaryConflist(root, subnet), 0o644)
-}
-
-// PrimaryConflist is the primary network's conflist for a node root.
-func PrimaryConflist(root string, subnet netip.Prefix) []byte {
-	conf := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       PrimaryNetworkName,
-		"plugins": []any{
-			map[string]any{
-				"type":   "ptp",
-				"ipMasq": false,
-				"mtu":    1500,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"ranges":  [][]map[string]string{{{"subnet": subnet.Masked().String()}}},
-					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-					"dataDir": filepath.Join(root, "var", "lib", "cni", "networks"),
-				},
-			},
-		},
-	}
-	b, _ := json.MarshalIndent(conf, "", "  ")
-	return append(b, '\n')
-}
-
-// CopyExecutable copies an executable atomically (write aside, rename).
-func CopyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := out.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, dst)
+	conf := podnet.Conflist(filepath.Join(root, "var", "lib", "cni", "networks"), subnet)
+	return os.WriteFile(filepath.Join(confDir(root), PrimaryNetworkFile), conf, 0o644)
 }

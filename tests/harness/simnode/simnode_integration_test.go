@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -219,7 +220,7 @@ func TestPodSandboxContainersAndDeletion(t *testing.T) {
 	if strings.TrimSpace(line) != "proxy" {
 		t.Fatalf("pod answered %q (%v)", line, derr)
 	}
-	ipam := filepath.Join(n.Root(), "var", "lib", "cni", "networks", simnode.PrimaryNetworkName, ip.String())
+	ipam := filepath.Join(n.Root(), "var", "lib", "cni", "networks", podnet.NetworkName, ip.String())
 	if _, err := os.Stat(ipam); err != nil {
 		t.Fatalf("host-local allocation: %v", err)
 	}
@@ -293,7 +294,7 @@ func TestConflistReadAtSandboxCreationAndAddRetry(t *testing.T) {
 	r := testnet.Reserve(t)
 	n := simnode.StartForTest(t, c, r, nil)
 	ns := c.Namespace(t)
-	if err := simnode.CopyExecutable(testbin.Package(t, "podprog", "./tests/cmd/podprog"), filepath.Join(n.BinDir(), "recorder")); err != nil {
+	if err := podnet.CopyExecutable(testbin.Package(t, "podprog", "./tests/cmd/podprog"), filepath.Join(n.BinDir(), "recorder")); err != nil {
 		t.Fatal(err)
 	}
 	rec := filepath.Join(t.TempDir(), "records")

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
@@ -23,29 +24,8 @@ type TB interface {
 	Name() string
 }
 
-// Pod subnets: /24s 0..13 of the slot (14 holds the external services and
-// 15 the host links of tests/harness/testnet).
-const maxSubnets = 14
-
-var (
-	subnetMu   sync.Mutex
-	subnetUsed [maxSubnets]bool
-	nodeSeq    int
-)
-
-// AllocSubnet reserves a free pod subnet index of the slot, released by
-// the returned function.
-func AllocSubnet() (int, func(), error) {
-	subnetMu.Lock()
-	defer subnetMu.Unlock()
-	for i := range subnetUsed {
-		if !subnetUsed[i] {
-			subnetUsed[i] = true
-			return i, func() { subnetMu.Lock(); subnetUsed[i] = false; subnetMu.Unlock() }, nil
-		}
-	}
-	return 0, nil, fmt.Errorf("all %d pod subnets of the address slot are in use", maxSubnets)
-}
+// nodeSeq numbers the nodes StartForTest names.
+var nodeSeq atomic.Int64
 
 // NewRoot makes a node root directory readable by any user (containers
 // may run as non-root) with the primary network set up by SetupRoot.
@@ -95,7 +75,7 @@ func ProjectPrograms(tb testbin.TB) map[string]string {
 // torn down, Node deleted, root removed) when the test ends.
 func StartForTest(tb TB, c *cluster.Cluster, r *testnet.Range, mod func(*Config)) *Node {
 	tb.Helper()
-	idx, release, err := AllocSubnet()
+	idx, release, err := podnet.AllocSubnet()
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
@@ -105,10 +85,7 @@ func StartForTest(tb TB, c *cluster.Cluster, r *testnet.Range, mod func(*Config)
 		tb.Fatalf("node root: %v", err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(root) })
-	subnetMu.Lock()
-	nodeSeq++
-	name := fmt.Sprintf("sim-s%d-%d-%d", r.Slot, os.Getpid()%100000, nodeSeq)
-	subnetMu.Unlock()
+	name := fmt.Sprintf("sim-s%d-%d-%d", r.Slot, os.Getpid()%100000, nodeSeq.Add(1))
 	cfg := Config{
 		Name:              name,
 		Client:            c.Client,

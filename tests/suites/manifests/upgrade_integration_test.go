@@ -23,6 +23,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
@@ -56,10 +57,10 @@ func versionedInstallers(t *testing.T, versions ...string) []versionedInstaller 
 			t.Fatal(err)
 		}
 		vi := versionedInstaller{version: v, installer: filepath.Join(dir, "consul-cni-installer"), plugin: filepath.Join(dir, cniconf.PluginType)}
-		if err := simnode.CopyExecutable(testbin.ProjectVersion(t, "consul-cni-installer", v), vi.installer); err != nil {
+		if err := podnet.CopyExecutable(testbin.ProjectVersion(t, "consul-cni-installer", v), vi.installer); err != nil {
 			t.Fatal(err)
 		}
-		if err := simnode.CopyExecutable(testbin.ProjectVersion(t, cniconf.PluginType, v), vi.plugin); err != nil {
+		if err := podnet.CopyExecutable(testbin.ProjectVersion(t, cniconf.PluginType, v), vi.plugin); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, vi)
