@@ -468,12 +468,11 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 			return err
 		}
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("starting the file watcher: %w", err)
-	}
-	defer fw.Close()
-	w := &dirWatcher{w: fw, log: log, watched: map[string]uint64{}}
+	// A watch that cannot be set up (inotify limits) does not stop the
+	// installer: its periodic pass still restores the chain, it tries
+	// again at every pass, and `ready` fails saying why (watchcheck.go).
+	w := &dirWatcher{log: log, watched: map[string]uint64{}}
+	defer w.close()
 	rewatch := func(st PassResult) {
 		dirs := []string{in.cfg.NetDir, in.cfg.BinDir}
 		if in.cfg.Client != nil && in.cfg.Client.TokenFile != "" {
@@ -505,12 +504,12 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 	rewatch(PassResult{})
 	in.cleanTemps(ctx)
 	pass()
-	return in.serve(ctx, fw, recheck, pass)
+	return in.serve(ctx, w, recheck, pass)
 }
 
 // serve runs Run's passes: after file events (debounced), rechecks,
 // resyncs, and the heartbeat, until ctx is cancelled (then stop).
-func (in *Installer) serve(ctx context.Context, fw *fsnotify.Watcher, recheck *time.Timer, pass func()) error {
+func (in *Installer) serve(ctx context.Context, w *dirWatcher, recheck *time.Timer, pass func()) error {
 	log := klog.FromContext(ctx)
 	resync := time.NewTicker(in.cfg.Resync)
 	defer resync.Stop()
@@ -529,7 +528,7 @@ func (in *Installer) serve(ctx context.Context, fw *fsnotify.Watcher, recheck *t
 		case <-ctx.Done():
 			in.stop(ctx)
 			return nil
-		case ev, ok := <-fw.Events:
+		case ev, ok := <-w.events():
 			if !ok {
 				return errors.New("file watcher closed")
 			}
@@ -538,7 +537,7 @@ func (in *Installer) serve(ctx context.Context, fw *fsnotify.Watcher, recheck *t
 			}
 			log.V(4).Info("File event", "event", ev.String())
 			due = schedule(debounce, due, in.debounceFor(ev), time.Now())
-		case err, ok := <-fw.Errors:
+		case err, ok := <-w.errors():
 			if !ok {
 				return errors.New("file watcher closed")
 			}
@@ -570,18 +569,52 @@ func (in *Installer) cleanTemps(ctx context.Context) {
 
 // dirWatcher keeps an fsnotify watch on directories; a watch follows the
 // directory, not its path, so a directory removed, recreated or swapped is
-// watched again by rewatch.
+// watched again by rewatch. The watcher itself is made on first use and
+// again after it could not be (fs.inotify.max_user_instances reached).
 type dirWatcher struct {
 	w   *fsnotify.Watcher
 	log klog.Logger
 	// watched maps each watched directory to the inode the watch is on.
 	watched map[string]uint64
+	// failed is the last setup error reported, so each is logged once.
+	failed string
+}
+
+// events and errors are the watcher's channels, nil (never ready) while
+// there is no watcher.
+func (d *dirWatcher) events() chan fsnotify.Event {
+	if d.w == nil {
+		return nil
+	}
+	return d.w.Events
+}
+
+func (d *dirWatcher) errors() chan error {
+	if d.w == nil {
+		return nil
+	}
+	return d.w.Errors
+}
+
+func (d *dirWatcher) close() {
+	if d.w != nil {
+		d.w.Close()
+	}
+}
+
+// report logs a watch that cannot be set up, once per distinct error.
+func (d *dirWatcher) report(err error) {
+	if err.Error() == d.failed {
+		return
+	}
+	d.failed = err.Error()
+	d.log.Error(err, "Cannot watch the CNI directories: changes are seen only by the periodic pass (--resync), and the readiness probe fails until the watch is set up; check fs.inotify.max_user_instances and fs.inotify.max_user_watches")
 }
 
 // watch adds a watch on dir unless it is watched on its current inode or
 // does not exist yet.
 func (d *dirWatcher) watch(dir string) {
-	if dir == "" {
+	if dir == "" || d.w == nil {
 		return
 	}
 	ino := inode(dir)
@@ -592,14 +625,23 @@ func (d *dirWatcher) watch(dir string) {
 		return
 	}
 	if err := d.w.Add(dir); err != nil {
-		d.log.V(2).Info("Cannot watch directory yet", "dir", dir, "err", err.Error())
+		d.report(fmt.Errorf("watching %s: %w", dir, err))
 		return
 	}
 	d.watched[dir] = ino
 }
 
-// rewatch drops the watches whose directory changed inode and watches dirs.
+// rewatch makes the watcher if there is none, drops the watches whose
+// directory changed inode and watches dirs.
 func (d *dirWatcher) rewatch(dirs ...string) {
+	if d.w == nil {
+		w, err := newWatcher()
+		if err != nil {
+			d.report(fmt.Errorf("starting the file watcher: %w", err))
+			return
+		}
+		d.w = w
+	}
 	for dir, ino := range d.watched {
 		if inode(dir) != ino {
 			_ = d.w.Remove(dir)
@@ -610,6 +652,9 @@ func (d *dirWatcher) rewatch(dirs ...string) {
 		d.watch(dir)
 	}
 }
+
+// newWatcher makes an fsnotify watcher; tests make it fail.
+var newWatcher = fsnotify.NewWatcher
 
 // inode returns the inode of path, 0 when it cannot be read.
 func inode(path string) uint64 {
