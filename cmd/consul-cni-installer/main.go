@@ -2,7 +2,8 @@
 // consul-cni plugin on its node and keeps it last in the node's CNI chain.
 //
 //	consul-cni-installer [run]     install and keep the chain (default)
-//	consul-cni-installer ready     exit 0 only when the plugin is really chained (readiness probe)
+//	consul-cni-installer ready     exit 0 only when the plugin is really chained and the run process
+//	                               watches the CNI directories (readiness probe)
 //	consul-cni-installer uninstall remove the plugin, its chain entries and files
 //	                               (--wait: and keep it removed until SIGTERM)
 //	consul-cni-installer uninstalled exit 0 only when nothing of the plugin is left (probe of uninstall --wait)
@@ -12,7 +13,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -175,20 +178,7 @@ func run(args []string) int {
 		}
 		return 0
 	case "ready":
-		cfg := o.config()
-		// The probe only reads files; it checks that the kubeconfig and
-		// token the run command writes are present.
-		cfg.Client = &install.ClientSource{}
-		in, err := install.New(cfg)
-		if err == nil {
-			err = in.VerifyInstalled()
-		}
-		if err != nil {
-			fmt.Printf("not ready: %v\n", err)
-			return 1
-		}
-		fmt.Println("ready: consul-cni is installed and last in the runtime's CNI chain")
-		return 0
+		return ready(o, os.Stdout)
 	case "uninstall":
 		return uninstall(ctx, o)
 	case "uninstalled":
@@ -199,6 +189,34 @@ func run(args []string) int {
 		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("unknown subcommand %q (want run, ready, uninstall, uninstalled or uninstall-all)", sub))
 		return cmdutil.ExitUsage
 	}
+}
+
+// procRoot is where ready looks for the installer's run process and its
+// inotify watches; tests point it at a fake.
+var procRoot = "/proc"
+
+// ready is the readiness probe: exit 0 only when the plugin is chained and
+// the installer's run process beside the probe watches the CNI
+// directories; otherwise exit 1 saying why.
+func ready(o *options, out io.Writer) int {
+	cfg := o.config()
+	// The probe only reads files; it checks that the kubeconfig and
+	// token the run command writes are present.
+	cfg.Client = &install.ClientSource{}
+	in, err := install.New(cfg)
+	if err == nil {
+		err = in.Ready(procRoot)
+	}
+	switch {
+	case errors.Is(err, install.ErrNoInstallerProcess):
+		fmt.Fprintln(out, "ready: consul-cni is installed and last in the runtime's CNI chain (no installer run process visible: its directory watch not checked)")
+		return 0
+	case err != nil:
+		fmt.Fprintf(out, "not ready: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(out, "ready: consul-cni is installed and last in the runtime's CNI chain, and the installer watches its directories")
+	return 0
 }
 
 // uninstall removes the plugin from the node; exit 1 when that is not

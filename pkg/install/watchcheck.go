@@ -29,6 +29,18 @@ import (
 // visible (the probe runs without the installer: tests, by hand).
 var ErrNoInstallerProcess = errors.New("no consul-cni-installer run process is visible")
 
+// Ready is the readiness probe's verdict: the plugin is chained
+// (VerifyInstalled) and the installer's `run` process visible in procRoot
+// watches the net and bin directories (CheckWatched). When no such process
+// is visible (the probe run by hand, away from the installer's container)
+// only the files are checked; the caller says so.
+func (in *Installer) Ready(procRoot string) error {
+	if err := in.VerifyInstalled(); err != nil {
+		return err
+	}
+	return CheckWatched(procRoot, in.cfg.NetDir, in.cfg.BinDir)
+}
+
 // inotifyWatch is a watched inode: its number and its file system's device
 // (as stat reports st_dev).
 type inotifyWatch struct {

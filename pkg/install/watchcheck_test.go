@@ -143,3 +143,33 @@ func TestRunWithoutAWatcher(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// The readiness probe's verdict: a chained node is ready only while the
+// installer's run process watches both directories; a node not chained is
+// not ready whatever is watched; with no installer process visible only
+// the files count (ErrNoInstallerProcess, told apart for the caller).
+func TestReady(t *testing.T) {
+	n := newHostDirs(t)
+	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	in := n.installer(t)
+	run := []string{"consul-cni-installer", "run"}
+	if err := in.Ready(fakeProc(t, run, n.net, n.bin)); err == nil || !strings.Contains(err.Error(), "plugin binary") {
+		t.Errorf("nothing installed yet, both watched: %v, want the missing binary", err)
+	}
+	if _, err := in.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Ready(fakeProc(t, run, n.net, n.bin)); err != nil {
+		t.Errorf("chained and both watched: %v", err)
+	}
+	err := in.Ready(fakeProc(t, run, n.bin))
+	if err == nil || !strings.Contains(err.Error(), "does not watch "+n.net) || !strings.Contains(err.Error(), "max_user_instances") {
+		t.Errorf("chained, net dir not watched: %v, want it named with the inotify limits", err)
+	}
+	if err := in.Ready(fakeProc(t, run)); err == nil {
+		t.Error("chained, nothing watched: ready")
+	}
+	if err := in.Ready(t.TempDir()); !errors.Is(err, ErrNoInstallerProcess) {
+		t.Errorf("chained, no installer process: %v, want ErrNoInstallerProcess", err)
+	}
+}
