@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/signal"
@@ -170,7 +171,38 @@ func subcommand(argv []string) (audit bool, name string, args []string, err erro
 	return false, "repair", args, nil
 }
 
+// pluginHelp answers the plugin's own --help and --version (exit 0, as
+// kubectl plugins do); done is false for anything else.
+func pluginHelp(argv []string, stdout, stderr io.Writer) (done bool) {
+	if strings.TrimSuffix(filepath.Base(argv[0]), ".exe") != pluginName || len(argv) != 2 {
+		return false
+	}
+	switch argv[1] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stderr, pluginUsage)
+		return true
+	case "--version":
+		fmt.Fprintln(stdout, version.String("kubectl consul-cni"))
+		return true
+	}
+	return false
+}
+
+const pluginUsage = `Usage: kubectl consul-cni audit [flags]
+
+Commands:
+  audit       Print the injected pods that run outside the mesh now, judged as
+              the controller judges them (kubectl consul-cni audit --help).
+
+Flags:
+  -h, --help      Print this help.
+      --version   Print the version and exit.
+`
+
 func main() {
+	if pluginHelp(os.Args, os.Stdout, os.Stderr) {
+		os.Exit(0)
+	}
 	isAudit, name, args, err := subcommand(os.Args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -86,7 +86,7 @@ func TestAuditSharesDetectionFlags(t *testing.T) {
 	audit.NewOptions().AddFlags(aud)
 	for _, name := range []string{"min-pod-age", "sandbox-slack", "init-container-name", "init-exit-code", "cni-ready-gate",
 		"injected-pod-selector", "allow-bare-pods", "circuit-breaker", "breaker-threshold", "breaker-min-pods", "action",
-		"cni-namespace", "cni-pod-selector", "kubeconfig"} {
+		"cni-namespace", "cni-pod-selector"} {
 		c, a := ctl.Lookup(name), aud.Lookup(name)
 		if c == nil || a == nil {
 			t.Errorf("--%s: controller %v, audit %v: want both", name, c != nil, a != nil)
@@ -94,6 +94,32 @@ func TestAuditSharesDetectionFlags(t *testing.T) {
 		}
 		if c.DefValue != a.DefValue || c.Usage != a.Usage || c.Value.Type() != a.Value.Type() {
 			t.Errorf("--%s: controller %s %q (%s), audit %s %q (%s)", name, c.Value.Type(), c.DefValue, c.Usage, a.Value.Type(), a.DefValue, a.Usage)
+		}
+	}
+}
+
+// Under the plugin's name, --help and --version answer with exit 0, as
+// kubectl plugins do; repair's own and the audit's are left to their flag
+// sets.
+func TestPluginHelpAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		argv           []string
+		done           bool
+		stdout, stderr string
+	}{
+		{[]string{"/usr/local/bin/kubectl-consul_cni", "--help"}, true, "", "Usage: kubectl consul-cni audit [flags]"},
+		{[]string{"kubectl-consul_cni", "-h"}, true, "", "audit --help"},
+		{[]string{"kubectl-consul_cni", "--version"}, true, "kubectl consul-cni ", ""},
+		{[]string{"kubectl-consul_cni", "audit", "--help"}, false, "", ""},
+		{[]string{"kubectl-consul_cni", "--help", "audit"}, false, "", ""},
+		{[]string{"repair", "--help"}, false, "", ""},
+		{[]string{"repair", "--version"}, false, "", ""},
+	} {
+		var stdout, stderr strings.Builder
+		done := pluginHelp(tc.argv, &stdout, &stderr)
+		if done != tc.done || !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.stderr) ||
+			(!done && stdout.Len()+stderr.Len() > 0) {
+			t.Errorf("%q: done %v, stdout %q, stderr %q; want done %v, %q and %q", tc.argv, done, stdout.String(), stderr.String(), tc.done, tc.stdout, tc.stderr)
 		}
 	}
 }

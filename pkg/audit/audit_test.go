@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,50 @@ func TestOutputFormats(t *testing.T) {
 		}
 		if code != ExitOutside || err != nil || len(r.Outside) != 1 || r.Outside[0].Reason != judge.ReasonTProxyStatusStuck || r.Outside[0].Action != "evict" {
 			t.Errorf("-o %s: exit %d, %v, %+v from %q", format, code, err, r, out)
+		}
+		if r.APIVersion != APIVersion || r.Kind != Kind {
+			t.Errorf("-o %s: apiVersion %q kind %q, want %s %s", format, r.APIVersion, r.Kind, APIVersion, Kind)
+		}
+	}
+}
+
+// The kubectl-style formats: name lists pod/NAME of the pods outside the
+// mesh, jsonpath runs over the JSON report, wide adds the action's reason
+// and the detail, --no-headers drops the header lines and the second
+// table; the table's ACTION is one word.
+func TestKubectlOutputFormats(t *testing.T) {
+	objs := clientOf(readyNode("n1"), notReadyNode("n2"), injected("stuck", "n1", stuck), injected("waiting", "n2", stuck),
+		injected("done", "n1", succeeded))
+	lines := func(args ...string) []string {
+		t.Helper()
+		code, out, stderr := main(t, args, objs)
+		if code != ExitOutside {
+			t.Fatalf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+		return strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	}
+	if got := lines("-o", "name"); strings.Join(got, ",") != "pod/stuck,pod/waiting" {
+		t.Errorf("-o name: %q", got)
+	}
+	if got := lines("-o", `jsonpath={.kind} {.outside[*].name} {.outside[1].action}`); len(got) != 1 ||
+		!strings.HasPrefix(got[0], Kind+" stuck waiting wait: CNI not ready") {
+		t.Errorf("-o jsonpath: %q", got)
+	}
+	table := lines()
+	if len(table) != 7 || !strings.HasSuffix(strings.TrimSpace(table[0]), "ACTION") ||
+		!strings.HasSuffix(strings.TrimSpace(table[2]), "  wait") || !strings.Contains(table[4], "never judges") {
+		t.Errorf("table: want the header, 2 pods with one-word actions, the second table:\n%s", strings.Join(table, "\n"))
+	}
+	if got := lines("--no-headers"); len(got) != 2 || !strings.HasPrefix(got[0], "app ") || !strings.HasSuffix(strings.TrimSpace(got[1]), "wait") {
+		t.Errorf("--no-headers: want the 2 rows of the pods outside the mesh only:\n%s", strings.Join(got, "\n"))
+	}
+	wide := lines("-o", "wide", "--no-headers")
+	if len(wide) != 2 || !regexp.MustCompile(`  wait +CNI not ready on the node \(--cni-ready-gate=node-label\) +consul.hashicorp.com/transparent-proxy-status is still`).MatchString(wide[1]) {
+		t.Errorf("-o wide: want the action's reason and the detail after it:\n%s", strings.Join(wide, "\n"))
+	}
+	for _, bad := range []string{"jsonpath={.outside[", "name=x", "custom-columns=A:.a"} {
+		if code, _, stderr := main(t, []string{"-o", bad}, objs); code != ExitUsage || !strings.Contains(stderr, "--output") {
+			t.Errorf("-o %s: exit %d, stderr %q; want a usage error naming --output", bad, code, stderr)
 		}
 	}
 }

@@ -43,9 +43,12 @@ type NotJudged struct {
 	Why       string `json:"why"`
 }
 
-// Report is the result of an audit.
+// Report is the result of an audit. In machine output it names itself as
+// Kubernetes objects do: APIVersion and Kind.
 type Report struct {
-	Time time.Time `json:"time"`
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Time       time.Time `json:"time"`
 	// Examined counts the injected pods listed.
 	Examined  int         `json:"examined"`
 	Outside   []Pod       `json:"outside"`
@@ -92,7 +95,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o *Options, now time.
 		cfg: o.Config, det: o.Config.Detector(), now: now,
 		gate:   judge.NewGate(o.Config.Gate, corelisters.NewNodeLister(nodeIdx), cniIdx, now, false),
 		nodes:  map[string]*nodeState{},
-		report: &Report{Time: now, Outside: []Pod{}, NotJudged: []NotJudged{}},
+		report: &Report{APIVersion: APIVersion, Kind: Kind, Time: now, Outside: []Pod{}, NotJudged: []NotJudged{}},
 	}
 	sel := o.podSelector()
 	err = list(ctx, o.ChunkSize, metav1.ListOptions{LabelSelector: sel}, func(opts metav1.ListOptions) (runtime.Object, error) {

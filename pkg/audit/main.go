@@ -17,9 +17,9 @@ import (
 // ClientFunc builds the client from the parsed options.
 type ClientFunc func(o *Options) (kubernetes.Interface, error)
 
-// DefaultClient: --kubeconfig, else $KUBECONFIG, else in-cluster.
+// DefaultClient finds the cluster as kubectl does (cmdutil.KubectlConfig).
 func DefaultClient(o *Options) (kubernetes.Interface, error) {
-	cfg, err := cmdutil.RESTConfig(o.Kubeconfig)
+	cfg, err := o.Kube.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -58,9 +58,14 @@ func Main(ctx context.Context, command string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "%s: %v\n", command, err)
 		return ExitError
 	}
+	p, err := newPrinter(o.Output, o.NoHeaders)
+	if err != nil { // Validate parsed it already
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		return ExitError
+	}
 	r, err := Run(ctx, client, o, time.Now())
 	if err == nil {
-		err = Print(stdout, r, o.Output)
+		err = p.print(stdout, r)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", command, err)

@@ -35,11 +35,12 @@ const DefaultChunkSize = 500
 
 // Options are the audit's flags.
 type Options struct {
-	Kubeconfig    string
+	Kube          cmdutil.KubectlConfig
 	Namespace     string
 	AllNamespaces bool
 	Selector      string
 	Output        string
+	NoHeaders     bool
 	ChunkSize     int64
 	Config        judge.Config
 	detection     *judge.Flags
@@ -55,11 +56,12 @@ func NewOptions() *Options {
 // AddFlags registers the audit's flags, the controller's detection flags
 // among them.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path of a kubeconfig file. When empty, the KUBECONFIG environment variable, else the in-cluster configuration.")
+	o.Kube.AddFlags(fs)
 	fs.StringVarP(&o.Namespace, "namespace", "n", "", "Audit the pods of this namespace only (the circuit breaker is then judged on them only). Default: every namespace.")
 	fs.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "Audit the pods of every namespace (the default).")
 	fs.StringVarP(&o.Selector, "selector", "l", "", "Label selector added to --injected-pod-selector.")
-	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: table, json or yaml.")
+	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: table, wide (table with the detail and the action's reason), json, yaml, name (pod/NAME) or jsonpath=TEMPLATE (kubectl's JSONPath, over the JSON report).")
+	fs.BoolVar(&o.NoHeaders, "no-headers", false, "Table and wide: print no header lines, and only the rows of the pods outside the mesh.")
 	fs.Int64Var(&o.ChunkSize, "chunk-size", o.ChunkSize, "Page size of each LIST (limit/continue).")
 	o.detection.AddFlags(fs, &o.Config)
 }
@@ -70,10 +72,8 @@ func (o *Options) Validate() error {
 	if o.Namespace != "" && o.AllNamespaces {
 		return errors.New("--namespace and --all-namespaces: give one of them")
 	}
-	switch o.Output {
-	case "table", "json", "yaml":
-	default:
-		return fmt.Errorf("--output: %q is not one of table, json, yaml", o.Output)
+	if _, err := newPrinter(o.Output, o.NoHeaders); err != nil {
+		return fmt.Errorf("--output: %w", err)
 	}
 	if o.ChunkSize < 1 {
 		return fmt.Errorf("--chunk-size: %d must be at least 1", o.ChunkSize)

@@ -1,6 +1,7 @@
 // Package cmdutil holds what the project's long-running commands (repair,
 // consul-cni-installer, consul-cni-check) share: how they find their
-// Kubernetes client configuration, parse their command line (--version,
+// Kubernetes client configuration (and how the audit, a command a person
+// runs, finds it as kubectl does), parse their command line (--version,
 // usage errors) and configure their logs. The CNI plugin does not use it: it
 // carries no client-go.
 package cmdutil

@@ -171,6 +171,56 @@ func TestKubectlPluginName(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "kubectl consul-cni audit") {
 		t.Errorf("kubectl-consul_cni without audit: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
+	r = runCmd(t, "kubectl-consul_cni", nil, "", "--help")
+	if r.code != 0 || !strings.Contains(r.stderr, "kubectl consul-cni audit [flags]") {
+		t.Errorf("kubectl-consul_cni --help: exit %d, stderr %q; want exit 0 and the usage", r.code, r.stderr)
+	}
+	r = runCmd(t, "kubectl-consul_cni", nil, "", "--version")
+	if r.code != 0 || !strings.Contains(r.stdout, stamped) {
+		t.Errorf("kubectl-consul_cni --version: exit %d, stdout %q; want exit 0 and %s", r.code, r.stdout, stamped)
+	}
+}
+
+// The plugin finds the cluster as kubectl does: ~/.kube/config without
+// $KUBECONFIG, and --context picks another of its contexts. Nothing listens
+// on the servers it names: the error shows which one was asked.
+func TestKubectlPluginReadsHomeKubeconfig(t *testing.T) {
+	link := filepath.Join(build(t), "kubectl-consul_cni")
+	if err := os.Symlink("repair", link); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".kube"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := `apiVersion: v1
+kind: Config
+clusters:
+- {name: a, cluster: {server: "https://127.0.0.1:1"}}
+- {name: b, cluster: {server: "https://127.0.0.1:2"}}
+users:
+- {name: u, user: {token: t}}
+contexts:
+- {name: a, context: {cluster: a, user: u}}
+- {name: b, context: {cluster: b, user: u}}
+current-context: a
+`
+	if err := os.WriteFile(filepath.Join(home, ".kube", "config"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"audit"}, "127.0.0.1:1"},
+		{[]string{"audit", "--context", "b"}, "127.0.0.1:2"},
+	} {
+		r := runCmd(t, "kubectl-consul_cni", env, "", tc.args...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("kubectl-consul_cni %q with ~/.kube/config: exit %d, stderr %q; want exit 1 naming %s", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
 }
 
 // The plugin still speaks CNI when the runtime runs it without arguments.
