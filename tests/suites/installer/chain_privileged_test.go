@@ -1,6 +1,6 @@
 //go:build privileged
 
-package main_test
+package installer_test
 
 import (
 	"bytes"
