@@ -49,7 +49,7 @@ export CCR_NODE_BIN_DIR := $(abspath $(NODE_BIN))
 VERSION     ?= $(shell ./hack/version.sh)
 LDFLAGS     := -X github.com/consul-cni-repair/consul-cni-repair/pkg/version.Version=$(VERSION)
 
-COMMANDS := consul-cni consul-cni-installer consul-cni-check repair
+COMMANDS := consul-cni consul-cni-installer consul-cni-check consul-cni-verifier repair
 
 # Images (tools/ociimage): FROM scratch, one OCI archive with a multi-arch
 # index per image under bin/images/, created at the commit time.

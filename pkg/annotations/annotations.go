@@ -107,6 +107,46 @@ const (
 	InitUID  = 5996
 )
 
+// What the node verifier (consul-cni-verifier) writes and the repair
+// controller reads.
+const (
+	// ConditionRedirectVerified is the pod condition the node verifier sets
+	// on each injected pod after looking at its current sandbox's network
+	// namespace: True when Consul's redirect rules are there exactly as the
+	// pod's redirect-traffic-config asks (the plugin's CHECK comparison),
+	// False when they are not (ReasonRulesMissing, ReasonRulesDrifted).
+	// Its message names the sandbox and the backend found. It can be used as
+	// a readiness gate.
+	ConditionRedirectVerified = "consul.hashicorp.com/RedirectVerified"
+	// ReasonRulesInPlace, ReasonRulesMissing and ReasonRulesDrifted are the
+	// condition's reasons: rules as configured; no rule of ours at all;
+	// some rules of ours but not as configured.
+	ReasonRulesInPlace = "RulesInPlace"
+	ReasonRulesMissing = "RulesMissing"
+	ReasonRulesDrifted = "RulesDrifted"
+
+	// NodeConditionCNIVerified is the Node condition the node verifier
+	// keeps (for readiness frameworks such as node-readiness-controller):
+	// True when the runtime's CNI chain ends with consul-cni (when the
+	// verifier can read it) and every injected pod's current sandbox on the
+	// node was verified with its rules. lastHeartbeatTime is refreshed every
+	// NodeConditionHeartbeat; the repair controller takes a verifier whose
+	// heartbeat is older than NodeConditionStaleAfter for absent.
+	NodeConditionCNIVerified = "consul.hashicorp.com/CNIVerified"
+	ReasonNodeVerified       = "Verified"
+	ReasonPodsUnredirected   = "PodsUnredirected"
+	ReasonPodsUnverified     = "PodsUnverified"
+	ReasonChainMissing       = "ChainMissing"
+)
+
+// NodeConditionHeartbeat and NodeConditionStaleAfter: the verifier refreshes
+// its Node condition's heartbeat at the first interval; a condition whose
+// heartbeat is older than the second means no verifier reports for the node.
+const (
+	NodeConditionHeartbeat  = time.Minute
+	NodeConditionStaleAfter = 3 * time.Minute
+)
+
 // TimeLayout is the layout of the time annotations above (RFC 3339, second
 // precision, always written in UTC).
 const TimeLayout = "2006-01-02T15:04:05Z07:00"

@@ -43,7 +43,7 @@ type Spec struct {
 var Specs = []Spec{
 	{Name: "repair", Binaries: []string{"repair"}, UID: 65532, GID: 65532, User: "nonroot",
 		Manifest: "manifests/base/controller/deployment.yaml"},
-	{Name: "consul-cni-installer", Binaries: []string{"consul-cni-installer", "consul-cni"}, UID: 0, GID: 0, User: "root",
+	{Name: "consul-cni-installer", Binaries: []string{"consul-cni-installer", "consul-cni", "consul-cni-verifier"}, UID: 0, GID: 0, User: "root",
 		Manifest: "manifests/base/cni/daemonset.yaml"},
 	{Name: "consul-cni-check", Binaries: []string{"consul-cni-check"}, UID: 5997, GID: 5997, User: "consul-cni-check",
 		Manifest: "docs/examples/init-check/app.yaml"},

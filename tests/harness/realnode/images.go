@@ -108,7 +108,7 @@ func buildTool(tb testbin.TB, name string) string {
 }
 
 // ProjectCommands are the commands the project's images hold.
-var ProjectCommands = []string{"repair", "consul-cni-installer", "consul-cni", "consul-cni-check"}
+var ProjectCommands = []string{"repair", "consul-cni-installer", "consul-cni", "consul-cni-verifier", "consul-cni-check"}
 
 // ProjectImages builds the project's images as `make images` does
 // (tools/cmd/images) for this machine's platform only, from the commands

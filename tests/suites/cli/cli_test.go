@@ -16,7 +16,7 @@ import (
 // stamped is the version the test links into the binaries.
 const stamped = "v0.0.0-clitest.7+gabc"
 
-var commands = []string{"consul-cni", "consul-cni-installer", "consul-cni-check", "repair"}
+var commands = []string{"consul-cni", "consul-cni-installer", "consul-cni-check", "consul-cni-verifier", "repair"}
 
 var (
 	buildOnce sync.Once
@@ -119,12 +119,16 @@ func TestUsageErrors(t *testing.T) {
 		tc{"repair", []string{"--workers=many"}, "--workers"},
 		tc{"repair", []string{"extra"}, `"extra"`},
 		tc{"consul-cni", []string{"add"}, `"add"`},
+		tc{"consul-cni-verifier", []string{"--node-name="}, "--node-name"},
+		tc{"consul-cni-verifier", []string{"--node-name=n1", "--interval=1ms"}, "--interval"},
+		tc{"consul-cni-verifier", []string{"--node-name=n1", "--cri-socket=relative.sock"}, "--cri-socket"},
+		tc{"consul-cni-verifier", []string{"--node-name=n1", "extra"}, `"extra"`},
 		tc{"repair", []string{"audit", "--no-such-flag"}, "unknown flag: --no-such-flag"},
 		tc{"repair", []string{"audit", "-o", "xml"}, "--output"},
 		tc{"repair", []string{"audit", "--min-pod-age=-1s"}, "--min-pod-age"},
 		tc{"repair", []string{"audit", "extra"}, `"extra"`},
 	)
-	for _, c := range []string{"consul-cni-installer", "consul-cni-check", "repair"} {
+	for _, c := range []string{"consul-cni-installer", "consul-cni-check", "consul-cni-verifier", "repair"} {
 		cases = append(cases, tc{c, []string{"--logging-format=xml"}, "--logging-format=xml"})
 	}
 	for _, c := range cases {

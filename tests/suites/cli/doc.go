@@ -1,4 +1,4 @@
-// Package cli runs the project's four commands, built the way `make build`
+// Package cli runs the project's five commands, built the way `make build`
 // builds them (a version stamped with -ldflags), and checks their command
 // line: --version, --help and usage errors.
 package cli
