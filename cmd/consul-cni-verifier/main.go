@@ -70,7 +70,11 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, else in-cluster)")
 }
 
-func (o *options) Validate() error {
+// Validate checks the options and that no argument is left over.
+func (o *options) Validate(args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("no arguments expected, got %q", strings.Join(args, " "))
+	}
 	if o.NodeName == "" {
 		return errors.New("--node-name: empty (set it or $NODE_NAME, from the downward API's spec.nodeName)")
 	}
@@ -98,12 +102,14 @@ func (o *options) Validate() error {
 }
 
 func main() {
-	code := run(os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:])
+	stop()
 	cmdutil.Flush()
 	os.Exit(code)
 }
 
-func run(args []string) int {
+func run(ctx context.Context, args []string) int {
 	o := &options{}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	o.AddFlags(fs)
@@ -111,19 +117,12 @@ func run(args []string) int {
 	if code, done := cmdutil.Parse(fs, command, args, cmdutil.NewLogging()); done {
 		return code
 	}
-	if fs.NArg() > 0 {
-		cmdutil.UsageError(os.Stderr, command, fmt.Errorf("no arguments expected, got %q", strings.Join(fs.Args(), " ")))
-		return cmdutil.ExitUsage
-	}
-	if err := o.Validate(); err != nil {
+	if err := o.Validate(fs.Args()); err != nil {
 		cmdutil.UsageError(os.Stderr, command, err)
 		return cmdutil.ExitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	logger := klog.Background().WithName("verifier")
-	ctx = klog.NewContext(ctx, logger)
-	if err := runVerifier(ctx, o); err != nil {
+	if err := runVerifier(klog.NewContext(ctx, logger), o); err != nil {
 		logger.Error(err, "Verifier failed")
 		return 1
 	}
