@@ -69,7 +69,7 @@ CNI_PLUGINS := \
 
 .PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
 	doctor host-packages podman hoststate \
-	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs publish registry-bin lint fmt bench bench-cni bench-startup bench-repair bench-audit fuzz cluster demo \
+	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs publish registry-bin lint fmt bench bench-cni bench-startup bench-repair bench-audit bench-verify fuzz cluster demo \
 	clean clean-testbin helm help
 
 ## all: build (the default target)
@@ -322,6 +322,11 @@ bench-repair: deps kube-bins
 ## outside the mesh) on 20 nodes; prints wall time and peak RSS (targets: < 5 s, < 100 MiB)
 bench-audit: deps kube-bins
 	$(GOTEST) -tags integration -count=1 -timeout 60m -run '^$$' -bench 'Audit' -benchtime 1x ./pkg/audit
+
+## bench-verify: the node verifier on one node with 110 injected pods (real namespaces, iptables-nft and nftables
+## rules, a CRI server on a unix socket; root): CPU of the first, a steady and a change-finding pass, held heap, peak RSS
+bench-verify: deps
+	$(GOTEST) -tags privileged -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkVerify110Pods$$' -benchtime 1x ./pkg/verify
 
 ## fuzz: run each fuzz target briefly (FUZZTIME=30s by default)
 FUZZTIME ?= 30s

@@ -61,7 +61,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CRISocket, "cri-socket", "/host/run/containerd/containerd.sock",
 		"the container runtime's CRI socket as seen by this process (CRI-O: /host/var/run/crio/crio.sock)")
 	fs.StringVar(&o.HostRoot, "host-root", "/host", "where the node's root file system is mounted (\"/\" when running on the host): prefixes the runtime's netns paths, and the host's iptables tools run chrooted into it")
-	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.NodeName, "node-name", "", "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.CNINetDir, "cni-net-dir", "/host/etc/cni/net.d", "the node's CNI configuration directory as seen by this process, to check that consul-cni ends the runtime's chain; empty skips the check")
 	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", []string{"kube-system"}, "the plugin's exclude_namespaces: pods there are never judged")
 	fs.DurationVar(&o.Interval, "interval", 2*time.Second, "period of a pass: list the sandboxes and read each namespace's fingerprint (a sandbox is inspected when it appears or its rules change)")
@@ -116,6 +116,9 @@ func run(ctx context.Context, args []string) int {
 	fs.Usage = func() { fmt.Fprintf(os.Stderr, "Usage: %s [flags]\n\n%s", command, fs.FlagUsages()) }
 	if code, done := cmdutil.Parse(fs, command, args, cmdutil.NewLogging()); done {
 		return code
+	}
+	if o.NodeName == "" {
+		o.NodeName = os.Getenv("NODE_NAME")
 	}
 	if err := o.Validate(fs.Args()); err != nil {
 		cmdutil.UsageError(os.Stderr, command, err)

@@ -30,6 +30,7 @@ var referenceCommands = []struct {
 	{"repair audit", "repair", []string{"audit"}},
 	{"consul-cni-installer", "consul-cni-installer", nil},
 	{"consul-cni-check", "consul-cni-check", nil},
+	{"consul-cni-verifier", "consul-cni-verifier", nil},
 	{"consul-cni", "consul-cni", nil},
 }
 
