@@ -102,6 +102,10 @@ type Manager struct {
 	Readiness *nodeready.Controller
 
 	broadcaster record.EventBroadcaster
+	// rights reviews the rights cfg needs; /readyz fails while one is
+	// denied (rights.go).
+	rights       *rightsChecker
+	rightsPeriod time.Duration
 	// elected sequences leadership; nil without leader election.
 	elected *electedRunner
 
@@ -123,6 +127,7 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 		return nil, err
 	}
 	m.Informers = inf
+	m.rights, m.rightsPeriod = newRightsChecker(client, requiredRights(cfg.Config), m.Metrics.MissingRights), rightsCheckPeriod
 	m.broadcaster = record.NewBroadcaster()
 	recorder := m.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
 	if m.Repair, err = newController(cfg.Config, client, inf, recorder, m.Metrics); err != nil {
@@ -210,6 +215,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.Informers.Factory.Start(infCtx.Done())
 	defer m.Informers.Factory.Shutdown()
 	defer stopInformers()
+	rightsDone := make(chan struct{})
+	go func() {
+		defer close(rightsDone)
+		m.rights.run(infCtx, m.rightsPeriod)
+	}()
+	defer func() { stopInformers(); <-rightsDone }()
 	go func() {
 		// The initial lists decode full objects page by page before they
 		// are slimmed; once the caches hold only slim objects, hand the
@@ -272,6 +283,10 @@ func (m *Manager) startServers(ctx context.Context) []*http.Server {
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if !m.Informers.HasSynced() {
 				http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+				return
+			}
+			if err := m.rights.ready(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			_, _ = w.Write([]byte("ok"))

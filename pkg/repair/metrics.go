@@ -24,6 +24,7 @@ type Metrics struct {
 	BreakerOpenNodes     prometheus.GaugeFunc
 	NodeReadinessChanges *prometheus.CounterVec
 	Leader               prometheus.Gauge
+	MissingRights        *prometheus.GaugeVec
 	BuildInfo            *prometheus.GaugeVec
 
 	// Workqueue is handed to the controllers' workqueues.
@@ -66,6 +67,10 @@ func newMetrics() *Metrics {
 			Name: metrics.Leader,
 			Help: "1 while this replica holds the leader lease.",
 		}),
+		MissingRights: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metrics.MissingRights,
+			Help: "1 while a right this controller's configuration needs is denied to it (SelfSubjectAccessReview), 0 once granted; one series per needed right.",
+		}, []string{metrics.LabelVerb, metrics.LabelResource}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: metrics.BuildInfo,
 			Help: "Build information; always 1.",
@@ -81,7 +86,7 @@ func newMetrics() *Metrics {
 	}
 	m.BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
 	m.Workqueue = newWorkqueueMetrics(reg)
-	reg.MustRegister(m.Repaired, m.Skipped, m.Latency, m.NodeReadinessChanges, m.Leader, m.BuildInfo, m.stateCollector,
+	reg.MustRegister(m.Repaired, m.Skipped, m.Latency, m.NodeReadinessChanges, m.Leader, m.MissingRights, m.BuildInfo, m.stateCollector,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -53,6 +53,7 @@ const (
 	Nodes                = Prefix + "nodes"
 	NodeReadinessChanges = Prefix + "node_readiness_changes_total"
 	Leader               = Prefix + "leader"
+	MissingRights        = Prefix + "missing_rights"
 	BuildInfo            = Prefix + "build_info"
 )
 
@@ -65,6 +66,8 @@ const (
 	LabelDryRun    = "dry_run"
 	LabelChange    = "change"
 	LabelCNIReady  = "cni_ready"
+	LabelVerb      = "verb"
+	LabelResource  = "resource"
 )
 
 // AllSkipReasons, AllChanges and AllResults list the values of

@@ -186,6 +186,8 @@ func ruleCases() []ruleCase {
 	readinessLabels := map[string]string{metrics.LabelChange: metrics.ChangeTaintRemoved}
 	unmeshedLabels := map[string]string{metrics.LabelNamespace: appNS}
 	none := []map[string]string{}
+	evictRight := map[string]string{metrics.LabelVerb: "create", metrics.LabelResource: "pods/eviction"}
+	listPods := map[string]string{metrics.LabelVerb: "list", metrics.LabelResource: "pods"}
 	return []ruleCase{
 		// ConsulCNIPodsRepaired: increase over 30m of successful real actions.
 		{"ConsulCNIPodsRepaired", kindFiring, "first repair in a namespace, on a series born at 0",
@@ -296,6 +298,20 @@ func ruleCases() []ruleCase {
 			join(gauge(leader, metrics.Leader, nil, "1x30 0x10"), gauge(standby, metrics.Leader, nil, "0x40")), "20m", none},
 		{"ConsulCNIRepairNoLeader", kindBorn, "the leader's series appears at 1",
 			gauge(fresh, metrics.Leader, nil, "_x2 1x40"), "20m", none},
+
+		// ConsulCNIRepairMissingRights: a right denied for 5m, per right.
+		{"ConsulCNIRepairMissingRights", kindFiring, "eviction denied for 10 minutes, reads granted",
+			join(gauge(leader, metrics.MissingRights, evictRight, "0x10 1x40"), gauge(leader, metrics.MissingRights, listPods, "0x50")), "20m",
+			[]map[string]string{evictRight}},
+		{"ConsulCNIRepairMissingRights", kindReplicas, "both replicas are denied it: one alert",
+			join(gauge(leader, metrics.MissingRights, evictRight, "0x10 1x40"), gauge(standby, metrics.MissingRights, evictRight, "0x10 1x40")), "20m",
+			[]map[string]string{evictRight}},
+		{"ConsulCNIRepairMissingRights", kindRecovered, "granted again 5 minutes ago",
+			gauge(leader, metrics.MissingRights, evictRight, "0x10 1x20 0x20"), "20m", none},
+		{"ConsulCNIRepairMissingRights", kindBelow, "denied for 3 minutes only",
+			gauge(leader, metrics.MissingRights, evictRight, "0x34 1x10"), "20m", none},
+		{"ConsulCNIRepairMissingRights", kindBorn, "a new process denied from its first scrape",
+			gauge(fresh, metrics.MissingRights, evictRight, "_x10 1x40"), "20m", []map[string]string{evictRight}},
 	}
 }
 
