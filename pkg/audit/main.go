@@ -58,10 +58,23 @@ func Main(ctx context.Context, command string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "%s: %v\n", command, err)
 		return ExitError
 	}
+	return checkAndAudit(ctx, command, client, o, stdout, stderr)
+}
+
+// checkAndAudit runs the checks asked for, then the audit, and returns the exit code:
+// ExitError before ExitUnhealthy before ExitOutside.
+func checkAndAudit(ctx context.Context, command string, client kubernetes.Interface, o *Options, stdout, stderr io.Writer) int {
 	p, err := newPrinter(o.Output, o.NoHeaders)
 	if err != nil { // Validate parsed it already
 		fmt.Fprintf(stderr, "%s: %v\n", command, err)
 		return ExitError
+	}
+	var failed []string
+	if o.Checks.enabled() {
+		if failed, err = runChecks(ctx, client, o, stderr); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", command, err)
+			return ExitError
+		}
 	}
 	r, err := Run(ctx, client, o, time.Now())
 	if err == nil {
@@ -72,7 +85,10 @@ func Main(ctx context.Context, command string, args []string, stdout, stderr io.
 		return ExitError
 	}
 	fmt.Fprintf(stderr, "%d of %d injected pods outside the mesh\n", len(r.Outside), r.Examined)
-	if len(r.Outside) > 0 {
+	switch {
+	case len(failed) > 0:
+		return ExitUnhealthy
+	case len(r.Outside) > 0 && o.FailOutside:
 		return ExitOutside
 	}
 	return ExitNoneOutside

@@ -28,6 +28,8 @@ const (
 	ExitUsage = cmdutil.ExitUsage
 	// ExitOutside: some injected pods run outside the mesh.
 	ExitOutside = 3
+	// ExitUnhealthy: a check of the install failed (Checks).
+	ExitUnhealthy = 4
 )
 
 // DefaultChunkSize is the default page size of the LISTs.
@@ -42,13 +44,15 @@ type Options struct {
 	Output        string
 	NoHeaders     bool
 	ChunkSize     int64
+	Checks        Checks
+	FailOutside   bool
 	Config        judge.Config
 	detection     *judge.Flags
 }
 
 // NewOptions returns the defaults: those of the controller for detection.
 func NewOptions() *Options {
-	o := &Options{Output: "table", ChunkSize: DefaultChunkSize, Config: judge.DefaultConfig()}
+	o := &Options{Output: "table", ChunkSize: DefaultChunkSize, FailOutside: true, Config: judge.DefaultConfig()}
 	o.detection = judge.NewFlags(&o.Config)
 	return o
 }
@@ -63,6 +67,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: table, wide (table with the detail and the action's reason), json, yaml, name (pod/NAME) or jsonpath=TEMPLATE (kubectl's JSONPath, over the JSON report).")
 	fs.BoolVar(&o.NoHeaders, "no-headers", false, "Table and wide: print no header lines, and only the rows of the pods outside the mesh.")
 	fs.Int64Var(&o.ChunkSize, "chunk-size", o.ChunkSize, "Page size of each LIST (limit/continue).")
+	fs.BoolVar(&o.FailOutside, "fail-outside", o.FailOutside, "Exit 3 when some injected pods run outside the mesh; false: exit 0 for them (they are still listed).")
+	fs.StringVar(&o.Checks.Lease, "controller-lease", "", "Check that the controller works: the Lease NAMESPACE/NAME (its --leader-election-namespace and -id) has a leader that renewed it within its duration; exit 4 when not.")
+	fs.BoolVar(&o.Checks.NodeReadiness, "check-node-readiness", false, "Check that node readiness works: there is a Ready CNI pod (--cni-namespace, --cni-pod-selector) and every node with one is labelled consul.hashicorp.com/cni=ready; exit 4 when not. Only for a controller that acts (not --dry-run) with --node-readiness.")
+	fs.DurationVar(&o.Checks.Timeout, "checks-timeout", 0, "Repeat the checks until they pass, for at most this long (0: once).")
 	o.detection.AddFlags(fs, &o.Config)
 }
 
@@ -74,6 +82,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := newPrinter(o.Output, o.NoHeaders); err != nil {
 		return fmt.Errorf("--output: %w", err)
+	}
+	if err := o.Checks.validate(); err != nil {
+		return err
 	}
 	if o.ChunkSize < 1 {
 		return fmt.Errorf("--chunk-size: %d must be at least 1", o.ChunkSize)
@@ -110,6 +121,8 @@ const usageText = `
 Lists the injected pods, the nodes and the CNI pods once and prints the pods
 that run outside the mesh now, judged as the controller judges them (same
 detection flags and defaults), with why and what the controller would do.
-Exit code: 0 when no pod is outside the mesh, 3 when some are, 1 on errors,
-2 on a bad command line. Read-only: needs get/list on pods and nodes
-(ClusterRole consul-cni-repair-audit).`
+Exit code: 0 when no pod is outside the mesh, 3 when some are, 4 when a check
+of the install asked for (--controller-lease, --check-node-readiness) failed,
+1 on errors, 2 on a bad command line. Read-only: needs get/list on pods and nodes
+(ClusterRole consul-cni-repair-audit), and get on the Lease with
+--controller-lease.`

@@ -512,6 +512,8 @@ func TestValuesSchemaRejects(t *testing.T) {
 		"installer.hostCNIBinDir=opt/cni/bin":   "/installer/hostCNIBinDir",
 		"installer.metricsPort=70000":           "/installer/metricsPort",
 		"uninstallHook.timeout=ten":             "/uninstallHook/timeout",
+		"tests.checksTimeout=soon":              "/tests/checksTimeout",
+		"tests.enabled=maybe":                   "/tests/enabled",
 		"monitoring.serviceMonitor.interval=":   "/monitoring/serviceMonitor/interval",
 		"controller.image.pullPolicy=Sometimes": "/controller/image/pullPolicy",
 		"contoller.action=evict":                "contoller",

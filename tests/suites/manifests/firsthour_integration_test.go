@@ -93,7 +93,9 @@ func TestFirstHour(t *testing.T) {
 	}
 	start := time.Now()
 	for i := 0; i < 6; i++ {
-		run(i)
+		if out := run(i); i == 4 && !strings.Contains(out, "ok: controller: Lease "+namespace+"/") {
+			t.Errorf("README block 5: helm test did not check the controller's Lease")
+		}
 	}
 	t.Logf("from the README's first command to a verified install in audit mode: %v", time.Since(start).Round(100*time.Millisecond))
 	checkFirstInstall(t, c, nodes, published)
@@ -110,6 +112,8 @@ func TestFirstHour(t *testing.T) {
 	}
 	if out := run(4); !strings.Contains(out, "0 of 2 injected pods outside the mesh") {
 		t.Errorf("repair audit after the injected pods: want 0 of 2 outside the mesh")
+	} else if !strings.Contains(out, "ok: node readiness: the 2 nodes with a Ready pod") {
+		t.Errorf("helm test once the controller acts: want node readiness checked on both nodes")
 	}
 	logPulls(t, c, published)
 
@@ -225,15 +229,23 @@ func checkFirstInstall(t *testing.T, c *cluster.Cluster, nodes []*realnode.Node,
 	if len(pods.Items) < 4 {
 		t.Errorf("%d pods in %s, want 2 installers and 2 controllers", len(pods.Items), namespace)
 	}
+	controllers := 0
 	for _, p := range pods.Items {
 		for _, ct := range p.Spec.Containers {
 			if !strings.HasPrefix(ct.Image, published+"/") {
 				t.Errorf("pod %s runs %s, not an image of %s", p.Name, ct.Image, published)
 			}
 		}
-		if strings.HasPrefix(p.Name, controllerName+"-") && !contains(p.Spec.Containers[0].Args, "--dry-run=true") {
+		if p.Labels["app.kubernetes.io/component"] != "controller" {
+			continue
+		}
+		controllers++
+		if !contains(p.Spec.Containers[0].Args, "--dry-run=true") {
 			t.Errorf("controller pod %s without --dry-run=true: %v", p.Name, p.Spec.Containers[0].Args)
 		}
+	}
+	if controllers != 2 {
+		t.Errorf("%d controller pods (app.kubernetes.io/component=controller), want 2", controllers)
 	}
 	poll.Eventually(t, 2*time.Minute, "consul-k8s's CNI pods gone after the hand-over", func() error {
 		l, err := c.Client.CoreV1().Pods(consulK8sNS).List(ctx, metav1.ListOptions{LabelSelector: consulK8sSelector})

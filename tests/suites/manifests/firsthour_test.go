@@ -34,7 +34,7 @@ func TestFirstHourBlocksExtracted(t *testing.T) {
 		"helm install consul-cni-repair oci://" + projectRegistry + "/charts/consul-cni-repair",
 		"kubectl -n consul patch daemonset consul-cni",
 		"rollout status deployment/consul-cni-repair",
-		"repair audit",
+		"repair audit\nhelm test consul-cni-repair -n consul-cni-repair",
 		"reason=WouldRepair",
 		"controller.dryRun=false",
 		"helm uninstall consul-cni-repair",
