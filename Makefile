@@ -112,7 +112,8 @@ images: toolchain tools
 		--platforms '$(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS)))'
 
 ## release: dist/ with the image archives and digests, the manifests of every overlay with the images
-## tagged VERSION, a CycloneDX SBOM per image, the packaged chart (release-chart) and SHA256SUMS
+## tagged VERSION, a CycloneDX SBOM per image, the kubectl plugin per platform with its krew manifest
+## (plugin/consul-cni.yaml), the packaged chart (release-chart) and SHA256SUMS
 release: images
 	rm -rf $(DIST)
 	$(TOOLS_BIN)/release assemble --images $(IMAGES_DIR) --out $(DIST) --manifests manifests \

@@ -87,6 +87,11 @@ func releaseImage(o *options, spec ociimage.Spec, tag string) (string, string, e
 	if err != nil {
 		return "", "", err
 	}
+	if spec.Name == pluginImage {
+		if err := writePlugin(o.out, tag, bins); err != nil {
+			return "", "", fmt.Errorf("kubectl plugin: %w", err)
+		}
+	}
 	bom, err := sbom(image{Repository: repo, Tag: tag, Digest: d.String(), Version: o.version, Created: created}, bins)
 	if err != nil {
 		return "", "", err

@@ -9,7 +9,8 @@
 // manifests/consul-cni-repair-<overlay>.yaml (every overlay rendered with
 // the images set to this version's tag) and sbom/<name>.cdx.json (a
 // CycloneDX BOM from the Go build information of the binaries in each
-// image). checksums then writes SHA256SUMS over every file under the
+// image) and plugin/: the kubectl plugin's archive per platform and its krew
+// manifest (krew.go). checksums then writes SHA256SUMS over every file under the
 // directory (`sha256sum -c SHA256SUMS` verifies it), after anything else
 // (the packaged chart) was added. publish pushes the image archives (every
 // platform under one index per image) and the chart, with its images
