@@ -8,15 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/placement"
 )
 
 // When the installer is stopped (SIGTERM) it decides, from the API,
@@ -86,7 +84,7 @@ func APIDecider(c kubernetes.Interface, namespace, name string) Decider {
 		if err != nil {
 			return Decision{}, fmt.Errorf("reading node %q: %w", pod.Spec.NodeName, err)
 		}
-		if why, ok := targets(&ds.Spec.Template.Spec, node); !ok {
+		if why, ok := placement.DaemonPodFits(&ds.Spec.Template.Spec, node, nil); !ok {
 			return Decision{Leaving: true, Why: "DaemonSet " + dsName + " " + why}, nil
 		}
 		return Decision{Why: "DaemonSet " + dsName + " still targets node " + node.Name}, nil
@@ -105,47 +103,6 @@ func PodOf(s ClientSource) (namespace, name string, ok bool) {
 		return "", "", false
 	}
 	return c.K8s.Namespace, c.K8s.Pod.Name, true
-}
-
-// daemonTolerations are the tolerations the DaemonSet controller adds to
-// every pod it creates (pkg/controller/daemon/util), and the one it adds
-// for host-network pods.
-var daemonTolerations = []corev1.Toleration{
-	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-	{Key: corev1.TaintNodeDiskPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-	{Key: corev1.TaintNodeMemoryPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-	{Key: corev1.TaintNodePIDPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-	{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-}
-
-var hostNetworkToleration = corev1.Toleration{Key: corev1.TaintNodeNetworkUnavailable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
-
-// targets reports whether the DaemonSet controller would run a pod of
-// template on node, as it decides where to create daemon pods: the node
-// selector and required node affinity match, and every NoSchedule and
-// NoExecute taint is tolerated (with the tolerations it adds). why says
-// what fails.
-func targets(template *corev1.PodSpec, node *corev1.Node) (why string, ok bool) {
-	match, err := nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: *template}).Match(node)
-	if err != nil {
-		// An affinity the scheduler cannot parse places no pod.
-		return "has a node affinity that cannot be evaluated: " + err.Error(), false
-	}
-	if !match {
-		return "no longer selects node " + node.Name + " (nodeSelector or node affinity)", false
-	}
-	tolerations := append(append([]corev1.Toleration{}, template.Tolerations...), daemonTolerations...)
-	if template.HostNetwork {
-		tolerations = append(tolerations, hostNetworkToleration)
-	}
-	taint, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, tolerations, func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-	}, true)
-	if untolerated {
-		return "does not tolerate the taint " + taint.ToString() + " of node " + node.Name, false
-	}
-	return "", true
 }
 
 // ownCredentialsRefused reports whether the API refused the installer's

@@ -80,16 +80,16 @@ func TestAPIDeciderTellsLeavingFromStaying(t *testing.T) {
 		{"nodeSelector narrowed",
 			[]func(*corev1.Namespace, *appsv1.DaemonSet, *corev1.Node){func(_ *corev1.Namespace, ds *appsv1.DaemonSet, _ *corev1.Node) {
 				ds.Spec.Template.Spec.NodeSelector["pool"] = "b"
-			}}, true, "no longer selects node n1"},
+			}}, true, "does not select node n1"},
 		{"node relabelled",
 			[]func(*corev1.Namespace, *appsv1.DaemonSet, *corev1.Node){func(_ *corev1.Namespace, _ *appsv1.DaemonSet, n *corev1.Node) {
 				n.Labels["kubernetes.io/os"] = "windows"
-			}}, true, "no longer selects node n1"},
+			}}, true, "does not select node n1"},
 		{"required node affinity excludes the node",
 			[]func(*corev1.Namespace, *appsv1.DaemonSet, *corev1.Node){func(_ *corev1.Namespace, ds *appsv1.DaemonSet, _ *corev1.Node) {
 				ds.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"a"}}}}}}}}
-			}}, true, "no longer selects node n1"},
+			}}, true, "does not select node n1"},
 		{"a NoSchedule taint the DaemonSet does not tolerate",
 			[]func(*corev1.Namespace, *appsv1.DaemonSet, *corev1.Node){noTolerations, taint("example.com/dedicated", corev1.TaintEffectNoSchedule)},
 			true, "does not tolerate the taint example.com/dedicated=x:NoSchedule"},

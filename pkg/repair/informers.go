@@ -4,12 +4,14 @@ import (
 	"context"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -36,6 +38,10 @@ type Informers struct {
 	// cfg.CNIPodSelector), indexed by node; nil when neither node
 	// readiness nor the cni-pod gate needs them.
 	CNIPods cache.SharedIndexInformer
+	// CNIDaemonSets are the DaemonSets of cfg.CNINamespace (node readiness
+	// lifts a startup taint where none of the CNI's would run a pod); nil
+	// without node readiness.
+	CNIDaemonSets cache.SharedIndexInformer
 }
 
 // cniPodKey is the factory key of the CNI pod informer.
@@ -94,6 +100,11 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			return i
 		})
 	}
+	if cfg.NodeReadiness {
+		inf.CNIDaemonSets = f.InformerFor(&appsv1.DaemonSet{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return appsinformers.NewFilteredDaemonSetInformer(c, cfg.CNINamespace, resync, cache.Indexers{}, nil)
+		})
+	}
 	return inf, nil
 }
 
@@ -146,7 +157,7 @@ func listSlim[L runtime.Object, T runtime.Object](ctx context.Context, o metav1.
 
 // HasSynced reports whether every informer has synced (readiness).
 func (i *Informers) HasSynced() bool {
-	for _, s := range []cache.SharedIndexInformer{i.Pods, i.Nodes, i.CNIPods} {
+	for _, s := range []cache.SharedIndexInformer{i.Pods, i.Nodes, i.CNIPods, i.CNIDaemonSets} {
 		if s != nil && !s.HasSynced() {
 			return false
 		}

@@ -173,7 +173,7 @@ func newNodeReadiness(cfg Config, client kubernetes.Interface, inf *Informers, r
 		StartupTaintKey:    cfg.StartupTaintKey,
 		ReaddStartupTaint:  cfg.ReaddStartupTaint,
 		StartupTaintEffect: cfg.StartupTaintEffect,
-	}, client, inf.Nodes, inf.CNIPods, recorder, nodeready.Metrics{Changes: m.NodeReadinessChanges, Workqueue: m.Workqueue})
+	}, client, inf.Nodes, inf.CNIPods, inf.CNIDaemonSets, recorder, nodeready.Metrics{Changes: m.NodeReadinessChanges, Workqueue: m.Workqueue})
 }
 
 func listen(addr string) (net.Listener, error) {

@@ -33,10 +33,12 @@ import (
 // rightsCheckPeriod is how often the rights are reviewed again.
 const rightsCheckPeriod = time.Minute
 
-// right is a verb on a resource, cluster-wide (the controller's rights are
-// a ClusterRole's).
+// right is a verb on a resource, cluster-wide unless namespaced (the
+// DaemonSets are read in the CNI namespace only).
 type right struct {
-	verb, resource, subresource string
+	verb, group, resource, subresource string
+	// namespace: "" for cluster-wide.
+	namespace string
 }
 
 // String is the right as the metric's resource label and the messages
@@ -51,10 +53,14 @@ func (r right) resourceLabel() string {
 }
 
 // requiredRights lists the rights cfg needs: list and watch of pods and
-// nodes for the informers, the configured action's write unless in dry
+// nodes for the informers (and of DaemonSets for node readiness), the configured action's write unless in dry
 // run, and patch of nodes for node readiness unless in dry run.
 func requiredRights(cfg Config) []right {
 	out := []right{{verb: "list", resource: "pods"}, {verb: "watch", resource: "pods"}, {verb: "list", resource: "nodes"}, {verb: "watch", resource: "nodes"}}
+	if cfg.NodeReadiness {
+		out = append(out, right{verb: "list", group: "apps", resource: "daemonsets", namespace: cfg.CNINamespace},
+			right{verb: "watch", group: "apps", resource: "daemonsets", namespace: cfg.CNINamespace})
+	}
 	if cfg.DryRun {
 		return out
 	}
@@ -152,7 +158,7 @@ func (c *rightsChecker) review(ctx context.Context, r right) (allowed bool, reas
 	defer cancel()
 	res, err := c.client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Verb: r.verb, Resource: r.resource, Subresource: r.subresource,
+			Verb: r.verb, Group: r.group, Resource: r.resource, Subresource: r.subresource, Namespace: r.namespace,
 		}},
 	}, metav1.CreateOptions{})
 	if err != nil {

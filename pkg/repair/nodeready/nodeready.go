@@ -24,13 +24,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -44,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/placement"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
@@ -62,7 +67,16 @@ const (
 	// EventCNIUninstalled (Normal, node): an installer pod in uninstall mode
 	// runs on the node; readiness label and startup taint removed.
 	EventCNIUninstalled = "CNIUninstalled"
+	// EventStartupTaintLifted (Warning, node): no watched CNI DaemonSet
+	// targets or tolerates the node, so no CNI pod will come to lift its
+	// startup taint: lifted, the message says why.
+	EventStartupTaintLifted = "StartupTaintLifted"
 )
+
+// LiftGrace is how long after a node's creation a startup taint that no
+// CNI pod will come to lift is kept: labels that select the node for a CNI
+// DaemonSet may be set just after it registers.
+const LiftGrace = 2 * time.Minute
 
 // Config is what node readiness needs of the controller's settings.
 type Config struct {
@@ -94,24 +108,29 @@ type Metrics struct {
 // tests the current value it changes, so a concurrent change makes it fail
 // and retry on fresh data instead of overwriting.
 type Controller struct {
-	cfg      Config
-	client   kubernetes.Interface
-	nodes    corelisters.NodeLister
-	cniPods  cache.Indexer
-	recorder record.EventRecorder
-	metrics  Metrics
-	queue    workqueue.TypedRateLimitingInterface[string]
-	synced   []cache.InformerSynced
-	now      func() time.Time
+	cfg     Config
+	client  kubernetes.Interface
+	nodes   corelisters.NodeLister
+	cniPods cache.Indexer
+	// daemonSets are the CNI DaemonSets' namespace's DaemonSets (nil: the
+	// startup taint of a node no CNI pod will come to is not lifted).
+	daemonSets cache.Indexer
+	liftGrace  time.Duration
+	recorder   record.EventRecorder
+	metrics    Metrics
+	queue      workqueue.TypedRateLimitingInterface[string]
+	synced     []cache.InformerSynced
+	now        func() time.Time
 
 	mu sync.Mutex
 	// dryRun is the last change reported per node in dry run.
 	dryRun map[string]string
 }
 
-// New wires the node-readiness controller to the shared informers of nodes
-// and of CNI pods (indexed with judge.PodNodeIndexers).
-func New(cfg Config, client kubernetes.Interface, nodes, cniPods cache.SharedIndexInformer, recorder record.EventRecorder, m Metrics) (*Controller, error) {
+// New wires the node-readiness controller to the shared informers of nodes,
+// of CNI pods (indexed with judge.PodNodeIndexers) and of the DaemonSets of
+// the CNI namespace (nil: no startup taint is lifted for want of a CNI pod).
+func New(cfg Config, client kubernetes.Interface, nodes, cniPods, daemonSets cache.SharedIndexInformer, recorder record.EventRecorder, m Metrics) (*Controller, error) {
 	if cniPods == nil {
 		return nil, errors.New("node readiness needs the CNI pod informer")
 	}
@@ -125,9 +144,21 @@ func New(cfg Config, client kubernetes.Interface, nodes, cniPods cache.SharedInd
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: m.Workqueue}),
-		synced: []cache.InformerSynced{nodes.HasSynced, cniPods.HasSynced},
-		now:    time.Now,
-		dryRun: map[string]string{},
+		synced:    []cache.InformerSynced{nodes.HasSynced, cniPods.HasSynced},
+		now:       time.Now,
+		dryRun:    map[string]string{},
+		liftGrace: LiftGrace,
+	}
+	if daemonSets != nil {
+		n.daemonSets = daemonSets.GetIndexer()
+		n.synced = append(n.synced, daemonSets.HasSynced)
+		if _, err := daemonSets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(interface{}) { n.enqueueTainted() },
+			UpdateFunc: func(interface{}, interface{}) { n.enqueueTainted() },
+			DeleteFunc: func(interface{}) { n.enqueueTainted() },
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := cniPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: n.enqueueCNIPod,
@@ -146,7 +177,8 @@ func New(cfg Config, client kubernetes.Interface, nodes, cniPods cache.SharedInd
 			c, ok2 := obj.(*corev1.Node)
 			if ok1 && ok2 && o.Labels[annotations.LabelCNIReady] == c.Labels[annotations.LabelCNIReady] &&
 				o.Annotations[annotations.AnnotationCNIReadySince] == c.Annotations[annotations.AnnotationCNIReadySince] &&
-				hasTaint(o.Spec.Taints, cfg.StartupTaintKey) == hasTaint(c.Spec.Taints, cfg.StartupTaintKey) {
+				hasTaint(o.Spec.Taints, cfg.StartupTaintKey) == hasTaint(c.Spec.Taints, cfg.StartupTaintKey) &&
+				!(hasTaint(c.Spec.Taints, cfg.StartupTaintKey) && placementChanged(o, c)) {
 				return
 			}
 			n.enqueueNode(obj)
@@ -164,6 +196,26 @@ func (n *Controller) enqueueCNIPod(obj interface{}) {
 	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
 		n.queue.Add(pod.Spec.NodeName)
 	}
+}
+
+// enqueueTainted queues every node with the startup taint: a CNI
+// DaemonSet changed, and with it where CNI pods will come.
+func (n *Controller) enqueueTainted() {
+	nodes, err := n.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, node := range nodes {
+		if hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey) {
+			n.queue.Add(node.Name)
+		}
+	}
+}
+
+// placementChanged: what decides whether a daemon pod runs on the node
+// (labels, taints) changed.
+func placementChanged(o, c *corev1.Node) bool {
+	return !maps.Equal(o.Labels, c.Labels) || !equality.Semantic.DeepEqual(o.Spec.Taints, c.Spec.Taints)
 }
 
 func (n *Controller) enqueueNode(obj interface{}) {
@@ -237,6 +289,7 @@ func (n *Controller) sync(ctx context.Context, name string) error {
 	remover := judge.UninstallingCNIPod(n.cniPods, name)
 	var ops []jsonOp
 	var changes []string
+	var lifted string
 	switch {
 	case remover != nil:
 		// The plugin is being removed from the node: nothing may wait for
@@ -247,10 +300,7 @@ func (n *Controller) sync(ctx context.Context, name string) error {
 		ops, changes = n.readyOps(node, cniPod)
 		ops, changes = n.removeTaintOps(node, ops, changes)
 	default:
-		ops, changes = n.notReadyOps(node)
-		if n.cfg.ReaddStartupTaint {
-			ops, changes = n.addTaintOps(node, ops, changes)
-		}
+		ops, changes, lifted = n.withoutCNIPodOps(node)
 	}
 	if len(ops) == 0 {
 		n.forgetDryRun(name)
@@ -260,7 +310,66 @@ func (n *Controller) sync(ctx context.Context, name string) error {
 		n.reportDryRun(ctx, node, cniPod, changes)
 		return nil
 	}
-	return n.patch(ctx, node, cniPod, remover, ops, changes)
+	return n.patch(ctx, node, cniPod, remover, lifted, ops, changes)
+}
+
+// withoutCNIPodOps: a node without a Ready CNI pod loses the label; its
+// startup taint is lifted when no watched CNI DaemonSet will ever run a pod
+// there (lifted says why), once the node is LiftGrace old, and otherwise
+// re-added when asked.
+func (n *Controller) withoutCNIPodOps(node *corev1.Node) (ops []jsonOp, changes []string, lifted string) {
+	ops, changes = n.notReadyOps(node)
+	why, none := n.noCNIPodComing(node)
+	switch {
+	case none && hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey):
+		if wait := n.liftGrace - n.now().Sub(node.CreationTimestamp.Time); wait > 0 {
+			n.queue.AddAfter(node.Name, wait)
+			return ops, changes, ""
+		}
+		ops, changes = n.removeTaintOps(node, ops, changes)
+		return ops, changes, why
+	case none:
+		// Nothing to re-add: no CNI pod would lift it.
+	case n.cfg.ReaddStartupTaint:
+		ops, changes = n.addTaintOps(node, ops, changes)
+	}
+	return ops, changes, ""
+}
+
+// noCNIPodComing reports whether CNI DaemonSets (of the CNI namespace, their
+// pod template matching the CNI pod selector) exist and none would run a
+// pod on node, with each one's reason. Taints the node's lifecycle lifts by
+// itself are left out (placement.Transient). No such DaemonSet at all is
+// not "none coming": it may be on its way (an install, a re-creation).
+func (n *Controller) noCNIPodComing(node *corev1.Node) (why string, none bool) {
+	if n.daemonSets == nil {
+		return "", false
+	}
+	sel, err := labels.Parse(n.cfg.CNIPodSelector)
+	if err != nil {
+		return "", false
+	}
+	var whys []string
+	for _, obj := range n.daemonSets.List() {
+		ds, ok := obj.(*appsv1.DaemonSet)
+		if !ok || ds.Namespace != n.cfg.CNINamespace || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			continue
+		}
+		name := "DaemonSet " + ds.Namespace + "/" + ds.Name
+		if ds.DeletionTimestamp != nil {
+			whys = append(whys, name+" is being deleted")
+			continue
+		}
+		w, fits := placement.DaemonPodFits(&ds.Spec.Template.Spec, node, placement.Transient)
+		if fits {
+			return "", false
+		}
+		whys = append(whys, name+" "+w)
+	}
+	if len(whys) == 0 {
+		return "", false
+	}
+	return strings.Join(whys, "; "), true
 }
 
 // readyOps: label the node ready with its ready-since annotation (written
@@ -372,7 +481,7 @@ func addMapEntry(node *corev1.Node, field string, m map[string]string, key, valu
 }
 
 // patch sends the JSON patch and reports it (metrics, log, Event).
-func (n *Controller) patch(ctx context.Context, node *corev1.Node, cniPod, remover *corev1.Pod, ops []jsonOp, changes []string) error {
+func (n *Controller) patch(ctx context.Context, node *corev1.Node, cniPod, remover *corev1.Pod, lifted string, ops []jsonOp, changes []string) error {
 	name := node.Name
 	patch, err := json.Marshal(ops)
 	if err != nil {
@@ -405,6 +514,11 @@ func (n *Controller) patch(ctx context.Context, node *corev1.Node, cniPod, remov
 		logger.Info("Node CNI ready", "cniPod", klog.KObj(cniPod))
 		n.recorder.Eventf(node, corev1.EventTypeNormal, EventCNIReady,
 			"CNI pod %s/%s is Ready: %s", cniPod.Namespace, cniPod.Name, desc)
+	case lifted != "":
+		logger.Info("No CNI pod will come to this node; startup taint lifted", "why", lifted)
+		n.recorder.Eventf(node, corev1.EventTypeWarning, EventStartupTaintLifted,
+			"No CNI pod (%s in %s) will run on this node, so none would lift its startup taint (%s): %s; consul-cni is not chained here",
+			n.cfg.CNIPodSelector, n.cfg.CNINamespace, lifted, desc)
 	default:
 		logger.Info("Node CNI not ready")
 		n.recorder.Eventf(node, corev1.EventTypeWarning, EventCNINotReady,

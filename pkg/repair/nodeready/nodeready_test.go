@@ -54,7 +54,7 @@ func newNRHarness(t *testing.T, mutate func(*Config), node *corev1.Node, cni *co
 			[]string{metrics.LabelChange, metrics.LabelResult})},
 	}
 	var err error
-	if h.n, err = New(cfg, client, h.nodes, h.cniPods, h.recorder, h.metrics); err != nil {
+	if h.n, err = New(cfg, client, h.nodes, h.cniPods, nil, h.recorder, h.metrics); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.n.queue.ShutDown)

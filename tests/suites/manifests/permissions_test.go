@@ -95,6 +95,8 @@ func wantControllerIn(overlay, ns string) permSet {
 	s.add(perms("", []string{"events"}, []string{"create", "patch"}, ""))
 	s.add(perms("events.k8s.io", []string{"events"}, []string{"create", "patch"}, ""))
 	s.add(perms("", []string{"nodes"}, []string{"get", "list", "watch"}, ""))
+	// Node readiness: where the CNI DaemonSets will run pods.
+	s.add(perms("apps", []string{"daemonsets"}, []string{"list", "watch"}, ""))
 	if overlay != "audit" {
 		// Node readiness; audit only reports it.
 		s.add(perms("", []string{"nodes"}, []string{"patch"}, ""))
