@@ -116,12 +116,38 @@ func TestFirstHour(t *testing.T) {
 		t.Errorf("helm test once the controller acts: want node readiness checked on both nodes")
 	}
 	logPulls(t, c, published)
+	helmTestFailsWithoutController(t, env, published)
 
 	run(7) // remove
 	for _, n := range nodes {
 		assertNothingOfOurs(t, realDirs{n})
 	}
 	waitNamespaceGone(t, c, namespace)
+}
+
+// helmTestFailsWithoutController: with the controller scaled to zero (its
+// leader gone), `helm test` fails, and its Pod says it was the controller's
+// Lease. The test's checks are given 10 s instead of 2 min first.
+func helmTestFailsWithoutController(t *testing.T, env []string, published string) {
+	t.Helper()
+	script := fmt.Sprintf(`set -euxo pipefail
+helm upgrade consul-cni-repair oci://%s/charts/consul-cni-repair --plain-http --version %s -n %s --reuse-values --set tests.checksTimeout=10s --wait
+kubectl -n %[3]s scale deployment/%[4]s --replicas=0
+kubectl -n %[3]s wait --for=delete pod -l app.kubernetes.io/component=controller --timeout=2m
+if helm test consul-cni-repair -n %[3]s; then echo "helm test passed without a controller"; exit 1; fi
+kubectl -n %[3]s logs %[4]s-test
+`, published, strings.TrimPrefix(firstHourVersion, "v"), namespace, controllerName)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	out, err := runScript(ctx, script, testbin.RepoRoot(), env)
+	t.Logf("helm test without a controller (%v):\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("helm test without a controller: %v", err)
+	}
+	if !strings.Contains(out, "FAIL: controller: Lease "+namespace+"/"+controllerName) {
+		t.Errorf("helm test without a controller: its Pod's log does not name the controller's Lease")
+	}
 }
 
 // publishWithMake runs `make publish` into the registry, for every platform
