@@ -12,7 +12,8 @@
 // Runs: no-repair (the plugin arrives, nothing else happens), repair (the
 // repair controller runs) and prevention (the node joins with the startup
 // taint; the CNI DaemonSet and the controller's node readiness decide when
-// pods may land). Used by the e2e tests and by `make demo`.
+// pods may land). Used by the e2e tests (tests/suites/scenario) and by
+// `make demo`.
 package scenario
 
 import (
