@@ -223,3 +223,13 @@ func (n *Node) ShimSockets(ctx context.Context) ([]string, error) {
 	}
 	return socks, nil
 }
+
+// CRISocket is the node's containerd CRI socket (the node's own path: it is
+// not at containerd's default /run/containerd/containerd.sock).
+func (n *Node) CRISocket() string { return n.paths.containerdSock }
+
+// Command returns a command that runs bin in the node's mount namespace,
+// where the runtime's netns bind mounts and the node's CNI directories are
+// (the view a DaemonSet pod's hostPath mounts have); start it with
+// tests/harness/proc.
+func (n *Node) Command(bin string, args ...string) *exec.Cmd { return n.inNode(bin, args...) }

@@ -117,6 +117,9 @@ func TestObjects(t *testing.T) {
 		"ServiceAccount/" + installerName, "ClusterRole/" + installerName, "ClusterRoleBinding/" + installerName,
 		"DaemonSet/" + installerName,
 		"ValidatingAdmissionPolicy/" + admissionPolicyName, "ValidatingAdmissionPolicyBinding/" + admissionPolicyName,
+		"ServiceAccount/" + verifierName, "ClusterRole/" + verifierName, "ClusterRoleBinding/" + verifierName,
+		"DaemonSet/" + verifierName,
+		"ValidatingAdmissionPolicy/" + verifierPolicyName, "ValidatingAdmissionPolicyBinding/" + verifierPolicyName,
 		"ValidatingAdmissionPolicy/" + controllerPodPolicyName, "ValidatingAdmissionPolicyBinding/" + controllerPodPolicyName,
 		"ValidatingAdmissionPolicy/" + controllerNodePolicyName, "ValidatingAdmissionPolicyBinding/" + controllerNodePolicyName,
 		"ValidatingAdmissionPolicy/" + controllerDeletePolicyName, "ValidatingAdmissionPolicyBinding/" + controllerDeletePolicyName,
@@ -558,6 +561,9 @@ func TestRBAC(t *testing.T) {
 			if d := wantInstaller().diff(rbacOf(t, objs, namespace, installerName)); d != "" {
 				t.Errorf("installer %s: %s", installerName, d)
 			}
+			if d := wantVerifier().diff(rbacOf(t, objs, namespace, verifierName)); d != "" {
+				t.Errorf("verifier %s: %s", verifierName, d)
+			}
 		})
 	}
 }
@@ -689,6 +695,14 @@ func TestAdmissionPolicies(t *testing.T) {
 			checkPolicyShape(t, objs, controllerPodPolicyName, controllerName, "UPDATE pods,pods/*")
 			checkPolicyShape(t, objs, controllerNodePolicyName, controllerName, "UPDATE nodes,nodes/*")
 			checkPolicyShape(t, objs, controllerDeletePolicyName, controllerName, "DELETE pods", "CREATE pods/eviction")
+			vvap := checkPolicyShape(t, objs, verifierPolicyName, verifierName, "UPDATE pods/status,nodes/status")
+			required = false
+			for _, v := range vvap.Spec.Validations {
+				required = required || strings.HasPrefix(v.Expression, "variables.tokenNode.size() == 1 &&")
+			}
+			if !required {
+				t.Errorf("%s: no validation requires the node-name extra", verifierPolicyName)
+			}
 		})
 	}
 }
@@ -708,6 +722,9 @@ func TestNamespaceOverride(t *testing.T) {
 			}
 			if d := wantInstaller().diff(rbacOf(t, objs, "mesh-system", installerName)); d != "" {
 				t.Errorf("installer %s: %s", installerName, d)
+			}
+			if d := wantVerifier().diff(rbacOf(t, objs, "mesh-system", verifierName)); d != "" {
+				t.Errorf("verifier %s: %s", verifierName, d)
 			}
 			for _, o := range objs {
 				if o.GetNamespace() == namespace {

@@ -34,6 +34,9 @@ const (
 	monitoringGroup     = "monitoring.coreos.com"
 	controllerSAUser    = "system:serviceaccount:" + namespace + ":" + controllerName
 	installerSAUser     = "system:serviceaccount:" + namespace + ":" + installerName
+	verifierName        = "consul-cni-verifier"
+	verifierPolicyName  = "consul-cni-verifier-conditions-only"
+	verifierSAUser      = "system:serviceaccount:" + namespace + ":" + verifierName
 )
 
 // The controller's admission policies (each with a binding of the same
@@ -48,7 +51,7 @@ const (
 
 // admissionPolicyNames are all the ValidatingAdmissionPolicies (each with
 // a binding of the same name) every overlay ships.
-var admissionPolicyNames = []string{admissionPolicyName, controllerPodPolicyName, controllerNodePolicyName, controllerDeletePolicyName}
+var admissionPolicyNames = []string{admissionPolicyName, controllerPodPolicyName, controllerNodePolicyName, controllerDeletePolicyName, verifierPolicyName}
 
 // overlays are the deployable kustomizations, by name, relative to
 // manifests/. "base" is the default action (evict).

@@ -83,6 +83,16 @@ func wantInstaller() permSet {
 	return s
 }
 
+// wantVerifier is everything the node verifier's identity may do: patch
+// the status of pods and nodes (narrowed by its admission policy to its two
+// conditions on its own node) and write Events. It reads nothing.
+func wantVerifier() permSet {
+	s := perms("", []string{"pods/status", "nodes/status"}, []string{"patch"}, "")
+	s.add(perms("", []string{"events"}, []string{"create", "patch"}, ""))
+	s.add(perms("events.k8s.io", []string{"events"}, []string{"create", "patch"}, ""))
+	return s
+}
+
 // wantController is everything the controller's identity may do with an
 // overlay, as docs/design/deployment.md states it.
 func wantController(overlay string) permSet { return wantControllerIn(overlay, namespace) }

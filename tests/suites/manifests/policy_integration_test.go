@@ -349,6 +349,48 @@ func (f *policyFixture) pluginWrites(onA, noNode kubernetes.Interface) []writeCa
 	}
 }
 
+// patchStatus strategic-merge-patches the status of a pod (node "" ) or of
+// a node (pod "") as cs, dry run: conditions merge by type, as the verifier
+// writes them.
+func (f *policyFixture) patchStatus(cs kubernetes.Interface, pod, node string, body any) func(context.Context) error {
+	return func(ctx context.Context) error {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		if pod != "" {
+			_, err = cs.CoreV1().Pods(f.podNS).Patch(ctx, pod, types.StrategicMergePatchType, b, dryRun, "status")
+		} else {
+			_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, b, dryRun, "status")
+		}
+		return err
+	}
+}
+
+func conditionPatch(typ string, status corev1.ConditionStatus) map[string]any {
+	return map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": typ, "status": status, "reason": "Test"}}}}
+}
+
+// verifierWrites: the node verifier's two conditions on its own node pass;
+// anything else of a status, or elsewhere, is denied.
+func (f *policyFixture) verifierWrites(onA, noNode kubernetes.Interface) []writeCase {
+	podCond := conditionPatch(annotations.ConditionRedirectVerified, corev1.ConditionFalse)
+	nodeCond := conditionPatch(annotations.NodeConditionCNIVerified, corev1.ConditionTrue)
+	const nodeMsg = "the verifier may write only the status of its own node"
+	return []writeCase{
+		{"verifier: pod condition on its node", f.patchStatus(onA, f.onA, "", podCond), ""},
+		{"verifier: Node condition of its node", f.patchStatus(onA, "", f.nodeA, nodeCond), ""},
+		{"verifier: pod condition on another node", f.patchStatus(onA, f.onB, "", podCond), nodeMsg},
+		{"verifier: Node condition of another node", f.patchStatus(onA, "", f.nodeB, nodeCond), nodeMsg},
+		{"verifier: pod condition with a token naming no node", f.patchStatus(noNode, f.onA, "", podCond), nodeMsg},
+		{"verifier: pod Ready", f.patchStatus(onA, f.onA, "", conditionPatch(string(corev1.PodReady), corev1.ConditionTrue)), "may change only the condition"},
+		{"verifier: Node NetworkUnavailable", f.patchStatus(onA, "", f.nodeA, conditionPatch(string(corev1.NodeNetworkUnavailable), corev1.ConditionTrue)), "may change only the condition"},
+		{"verifier: pod IP", f.patchStatus(onA, f.onA, "", map[string]any{"status": map[string]any{"podIP": "10.9.9.9", "podIPs": []map[string]string{{"ip": "10.9.9.9"}}}}), "only its condition of a pod's status"},
+		{"verifier: Node capacity", f.patchStatus(onA, "", f.nodeA, map[string]any{"status": map[string]any{"capacity": map[string]string{"pods": "1000"}}}), "only its condition of a Node's status"},
+		{"verifier: pod annotation", f.patchPod(onA, f.onA, annotationsPatch("example.com/evil", "x")), "cannot patch"},
+	}
+}
+
 // applyPolicies applies (for real) every admission policy and binding of
 // a build.
 func applyPolicies(t *testing.T, a *applier, objs []*unstructured.Unstructured) {
@@ -414,6 +456,18 @@ func TestAdmissionPoliciesImpersonated(t *testing.T) {
 				cases = append(cases, f.controllerPodWrites(asController, ov)...)
 				cases = append(cases, f.controllerPodDeletes(asController, ov)...)
 				cases = append(cases, f.pluginWrites(asPluginOnA, asPluginNoNode)...)
+				verUser, verGroups := serviceAccountUser(ns, verifierName)
+				verOnA := c.ConfigFor(verUser, verGroups...)
+				verOnA.Impersonate.Extra = map[string][]string{nodeNameExtra: {f.nodeA}}
+				asVerifierOnA, err := kubernetes.NewForConfig(verOnA)
+				if err != nil {
+					t.Fatal(err)
+				}
+				asVerifierNoNode, err := kubernetes.NewForConfig(c.ConfigFor(verUser, verGroups...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				cases = append(cases, f.verifierWrites(asVerifierOnA, asVerifierNoNode)...)
 				cases = append(cases, writeCase{"admin: a label", f.patchPod(c.Client, f.onA, labelsPatch("example.com/x", "y")), ""})
 				// RBAC and policy changes take effect within moments.
 				poll.Eventually(t, 90*time.Second, "every write decided as expected", func() error { return runWrites(ctx, cases) })

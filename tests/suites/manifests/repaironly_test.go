@@ -10,13 +10,13 @@ import (
 )
 
 // The repair-only overlay: the controller keyed on consul-k8s's CNI pods,
-// and nothing of the installer's.
+// the node verifier, and nothing of the installer's.
 func TestRepairOnlyOverlay(t *testing.T) {
 	objs := build(t, filepath.Join(manifestsDir(t), "overlays", "repair-only"))
 	for _, o := range objs {
 		id := o.GetKind() + "/" + o.GetName()
 		switch {
-		case o.GetKind() == "DaemonSet", o.GetName() == admissionPolicyName:
+		case o.GetKind() == "DaemonSet" && o.GetName() != verifierName, o.GetName() == admissionPolicyName:
 			t.Errorf("%s shipped", id)
 		}
 		if o.GetName() == installerName {
@@ -36,13 +36,21 @@ func TestRepairOnlyOverlay(t *testing.T) {
 	}
 	var ns corev1.Namespace
 	decodeStrict(t, find(t, objs, "Namespace", namespace), &ns)
-	if l := ns.Labels["pod-security.kubernetes.io/enforce"]; l != "restricted" {
-		t.Errorf("namespace enforces %q, want restricted", l)
+	// The verifier needs the privileged level (the node's root file system,
+	// capabilities); the controller passes restricted on its own
+	// (TestControllerDeployment).
+	if l := ns.Labels["pod-security.kubernetes.io/enforce"]; l != "privileged" {
+		t.Errorf("namespace enforces %q, want privileged (the verifier)", l)
+	}
+	find(t, objs, "DaemonSet", verifierName)
+	find(t, objs, "ValidatingAdmissionPolicy", verifierPolicyName)
+	if d := wantVerifier().diff(rbacOf(t, objs, namespace, verifierName)); d != "" {
+		t.Errorf("verifier %s: %s", verifierName, d)
 	}
 	// The controller's own objects are all there.
 	base := buildOverlay(t, "base")
 	for _, o := range base {
-		if o.GetName() == installerName || o.GetKind() == "DaemonSet" || o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+		if o.GetName() == installerName || o.GetName() == admissionPolicyName || (o.GetKind() == "DaemonSet" && o.GetName() != verifierName) {
 			continue
 		}
 		find(t, objs, o.GetKind(), o.GetName())
