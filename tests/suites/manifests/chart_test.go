@@ -710,7 +710,7 @@ func TestChartValues(t *testing.T) {
 	})
 	t.Run("pull secrets, pod annotations and labels, extra args on every workload", func(t *testing.T) {
 		set := []string{"imagePullSecrets[0].name=regcred"}
-		for _, w := range []string{"controller", "installer", "uninstallHook"} {
+		for _, w := range []string{"controller", "installer", "verifier", "uninstallHook"} {
 			set = append(set, w+".podAnnotations.example\\.com/a="+w, w+".podLabels.example\\.com/l="+w, w+".extraArgs={--v=4}")
 		}
 		vals := chartValues(t, nil, set...)
@@ -721,6 +721,7 @@ func TestChartValues(t *testing.T) {
 		for w, o := range map[string]*unstructured.Unstructured{
 			"controller":    find(t, objs, "Deployment", controllerName),
 			"installer":     find(t, objs, "DaemonSet", installerName),
+			"verifier":      find(t, objs, "DaemonSet", verifierName),
 			"uninstallHook": find(t, hooks, "Job", "consul-cni-uninstall"),
 		} {
 			tmpl, _, _ := unstructured.NestedMap(o.Object, "spec", "template")

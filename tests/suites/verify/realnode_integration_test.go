@@ -29,13 +29,14 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cri"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/plugin"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/verify"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/podnet"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/proc"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/scenario"
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
@@ -98,7 +99,7 @@ func (n *node) nodeBoundConfig(t *testing.T, sa, host, serverName string) *rest.
 // entry appended to the node's conflist.
 func (n *node) chain(t *testing.T) {
 	t.Helper()
-	if err := simnode.CopyExecutable(testbin.Project(t, "consul-cni"), filepath.Join(n.CNIBinDir(), cniconf.PluginType)); err != nil {
+	if err := podnet.CopyExecutable(testbin.Project(t, "consul-cni"), filepath.Join(n.CNIBinDir(), cniconf.PluginType)); err != nil {
 		t.Fatal(err)
 	}
 	kc := n.nodeBoundConfig(t, "consul-cni", realnode.APIServerURL(), "127.0.0.1")
@@ -310,7 +311,7 @@ func TestVerifierJudgesEachSandboxOnARealNode(t *testing.T) {
 
 	// Rules removed by hand from the meshed pod's namespace.
 	path := n.netnsOf(t, string(meshed.UID))
-	out, err := n.Command("nsenter", "--net="+path, "--", redirect.BackendNFT.Tool(redirect.IPv4), "-t", "nat", "-F", redirect.ChainOutput).CombinedOutput()
+	out, err := n.Command("nsenter", "--net="+path, "--", iptables.VariantNFT.Tool(redirect.IPv4), "-t", "nat", "-F", redirect.ChainOutput).CombinedOutput()
 	if err != nil {
 		t.Fatalf("flushing %s in %s: %v: %s", redirect.ChainOutput, path, err, out)
 	}
