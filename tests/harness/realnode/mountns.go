@@ -20,6 +20,12 @@ const (
 	HostCNIBinDir  = "/opt/cni/bin"
 )
 
+// HostCRISocket is containerd's default CRI socket. Inside a node, the
+// node's own containerd socket is bound there (bindCRISocket), where a
+// DaemonSet pod that mounts the node's root finds it as on any containerd
+// node.
+const HostCRISocket = "/run/containerd/containerd.sock"
+
 // createdMarker is the file a node leaves in a mount point it created on
 // the host (listing the directories it created, deepest first); the last
 // node to go removes them.
@@ -134,6 +140,31 @@ func (n *Node) stopMountNS() {
 	}
 }
 
+// bindCRISocket binds the node's containerd socket at HostCRISocket in the
+// node's mount namespace; containerd makes its socket anew at every start,
+// so it runs after each. The mount point is an empty file, made on the host
+// when missing and removed when no node runs (removeCreatedHostDirs).
+func (n *Node) bindCRISocket() error {
+	if _, err := os.Lstat(HostCRISocket); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(HostCRISocket), 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(HostCRISocket, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if f != nil {
+			f.Close()
+		}
+	} else if err != nil {
+		return err
+	}
+	if out, err := n.inNode("mount", "--bind", n.paths.containerdSock, HostCRISocket).CombinedOutput(); err != nil {
+		return fmt.Errorf("binding the CRI socket at %s in the node: %v: %s", HostCRISocket, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // makeHostDir creates a missing mount point and marks it as created.
 func (n *Node) makeHostDir(d string) error {
 	if _, err := os.Stat(d); err == nil {
@@ -158,6 +189,11 @@ func (n *Node) makeHostDir(d string) error {
 // node runs any more (removing a directory that is a mount point in a live
 // node's namespace would take the node's bind mount away).
 func removeCreatedHostDirs() {
+	// An empty regular file is never a runtime's socket: it is the mount
+	// point bindCRISocket made.
+	if st, err := os.Lstat(HostCRISocket); err == nil && st.Mode().IsRegular() && st.Size() == 0 {
+		_ = os.Remove(HostCRISocket)
+	}
 	for _, d := range []string{HostCNIConfDir, HostCNIBinDir} {
 		b, err := os.ReadFile(filepath.Join(d, createdMarker))
 		if err != nil {

@@ -135,7 +135,8 @@ func (n *Node) writeContainerdConfig() error {
 	return os.WriteFile(n.paths.containerdConfig, b.Bytes(), 0o644)
 }
 
-// startRuntime starts containerd and waits until it answers on its socket.
+// startRuntime starts containerd, waits until it answers on its socket and
+// binds that socket at HostCRISocket in the node.
 func (n *Node) startRuntime(ctx context.Context) error {
 	if err := n.writeContainerdConfig(); err != nil {
 		return err
@@ -174,7 +175,7 @@ func (n *Node) startRuntime(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("containerd not serving on %s: %w\n--- containerd log:\n%s", n.paths.containerdSock, err, tailFile(n.paths.containerdLog, 25))
 	}
-	return nil
+	return n.bindCRISocket()
 }
 
 // Ctr runs ctr against the node's containerd in namespace k8s.io and
