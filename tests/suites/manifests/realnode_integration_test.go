@@ -58,7 +58,8 @@ func TestManifestsOnRealNodes(t *testing.T) {
 	for _, n := range nodes {
 		injectedPodComplete(t, c, ns, n.Name, app)
 	}
-	t.Logf("node images %v; installers Ready, consul-cni chained, nodes labelled by the leader %s; injected pods complete",
+	verifiedOnRealNodes(t, c, ns, nodes)
+	t.Logf("node images %v; installers Ready, consul-cni chained, nodes labelled by the leader %s; injected pods complete and verified",
 		realnode.Archives(imgs...), holder)
 
 	removeOnRealNodes(t, c, a, nodes)
@@ -225,6 +226,52 @@ func injectedPodComplete(t *testing.T, c *cluster.Cluster, ns, node string, img 
 		}
 		return nil
 	})
+}
+
+// verifiedOnRealNodes: the verifier pod is Ready on every node, it found
+// the injected pod of injectedPodComplete on each node with its rules (pod
+// condition RedirectVerified True, RulesInPlace) and wrote the node's
+// condition CNIVerified True (chain ends with consul-cni, every injected pod
+// verified).
+func verifiedOnRealNodes(t *testing.T, c *cluster.Cluster, podNS string, nodes []*realnode.Node) {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range nodes {
+		poll.Eventually(t, 3*time.Minute, "verifier pod Ready on "+n.Name, func() error {
+			return podsReady(ctx, c, namespace, "app.kubernetes.io/name="+verifierName, n.Name, 1)
+		})
+		name := "web-" + n.Name
+		poll.Eventually(t, time.Minute, "pod "+name+" verified with its rules", func() error {
+			p, err := c.Client.CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range p.Status.Conditions {
+				if string(cond.Type) == annotations.ConditionRedirectVerified {
+					if cond.Status != corev1.ConditionTrue || cond.Reason != annotations.ReasonRulesInPlace {
+						return fmt.Errorf("condition %s %s: %s", cond.Status, cond.Reason, cond.Message)
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("no condition %s", annotations.ConditionRedirectVerified)
+		})
+		poll.Eventually(t, time.Minute, "node "+n.Name+" condition "+annotations.NodeConditionCNIVerified+" True", func() error {
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range node.Status.Conditions {
+				if string(cond.Type) == annotations.NodeConditionCNIVerified {
+					if cond.Status != corev1.ConditionTrue || cond.Reason != annotations.ReasonNodeVerified {
+						return fmt.Errorf("condition %s %s: %s", cond.Status, cond.Reason, cond.Message)
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("no condition %s", annotations.NodeConditionCNIVerified)
+		})
+	}
 }
 
 // servePodRuns: a plain pod (no annotation) on a real node, serving with
