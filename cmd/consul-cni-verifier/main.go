@@ -142,12 +142,10 @@ func runVerifier(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	rt, err := cri.Dial(ctx, o.CRISocket)
-	if err != nil {
-		return fmt.Errorf("--cri-socket: %w", err)
-	}
+	// The runtime may not answer yet (or restart): passes fail until it
+	// does, the process stays.
+	rt := &cri.Lazy{Endpoint: o.CRISocket}
 	defer rt.Close()
-	version, _ := rt.Version(ctx)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := verify.NewMetrics(reg, o.NodeName)
@@ -173,14 +171,16 @@ func runVerifier(ctx context.Context, o *options) error {
 		}
 		defer stopServe()
 	}
-	logger.Info("Starting", "node", o.NodeName, "runtime", version, "criSocket", o.CRISocket, "hostRoot", o.HostRoot, "interval", o.Interval)
+	logger.Info("Starting", "node", o.NodeName, "runtime", rt.Version(ctx), "criSocket", o.CRISocket, "hostRoot", o.HostRoot, "interval", o.Interval)
 	go reporter.Run(ctx)
-	v.OnPass = func() { lastPass.Store(time.Now().UnixNano()) }
+	v.OnPass = func(error) { lastPass.Store(time.Now().UnixNano()) }
 	v.Run(ctx)
 	return nil
 }
 
-// serve serves /metrics and /healthz (healthy while passes complete).
+// serve serves /metrics and /healthz: healthy while the loop makes passes,
+// completed or not (a restart does not bring a runtime that does not
+// answer; a pass that hangs makes it unhealthy).
 func serve(ctx context.Context, addr string, reg *prometheus.Registry, lastPass *atomic.Int64, stale time.Duration) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -195,7 +195,7 @@ func serve(ctx context.Context, addr string, reg *prometheus.Registry, lastPass 
 			last = start
 		}
 		if age := time.Since(last); age > stale {
-			http.Error(w, fmt.Sprintf("no completed pass for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
+			http.Error(w, fmt.Sprintf("no pass for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -188,4 +189,67 @@ func NetNSFromInfo(info map[string]string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w (no network entry in runtimeSpec.linux.namespaces)", ErrNoNetNS)
+}
+
+// Lazy is a Runtime that connects on first use, and again on each use until
+// a connection succeeds: a runtime that is not up yet fails the calls, not
+// the caller's start. Once connected, gRPC reconnects by itself when the
+// runtime restarts.
+type Lazy struct {
+	// Endpoint is the CRI socket, as given to Dial.
+	Endpoint string
+
+	mu sync.Mutex
+	c  *Client
+}
+
+func (l *Lazy) client(ctx context.Context) (*Client, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c == nil {
+		c, err := Dial(ctx, l.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		l.c = c
+	}
+	return l.c, nil
+}
+
+// List implements Runtime.
+func (l *Lazy) List(ctx context.Context) ([]Sandbox, error) {
+	c, err := l.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.List(ctx)
+}
+
+// Status implements Runtime.
+func (l *Lazy) Status(ctx context.Context, id string) (Status, error) {
+	c, err := l.client(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	return c.Status(ctx, id)
+}
+
+// Version returns the runtime's name and version ("" before a connection).
+func (l *Lazy) Version(ctx context.Context) string {
+	c, err := l.client(ctx)
+	if err != nil {
+		return ""
+	}
+	v, _ := c.Version(ctx)
+	return v
+}
+
+// Close closes the connection, if any.
+func (l *Lazy) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c == nil {
+		return nil
+	}
+	return l.c.Close()
 }

@@ -105,3 +105,27 @@ func TestDialRefusesARelativePathAndNamesAnEndpointThatDoesNotAnswer(t *testing.
 		t.Fatalf("missing socket: err = %v", err)
 	}
 }
+
+func TestLazyFailsTheCallsUntilTheRuntimeAnswers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	missing := filepath.Join(t.TempDir(), "cri.sock")
+	l := &cri.Lazy{Endpoint: missing}
+	if _, err := l.List(ctx); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("List before the runtime: err = %v; want one naming %s", err, missing)
+	}
+	if v := l.Version(ctx); v != "" {
+		t.Fatalf("Version before the runtime = %q", v)
+	}
+	srv := critest.Start(t)
+	srv.Add(cri.Sandbox{ID: "sb1", PodUID: "uid-1"}, "/var/run/netns/cni-1")
+	l = &cri.Lazy{Endpoint: srv.Socket}
+	defer l.Close()
+	list, err := l.List(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List = %v, %v", list, err)
+	}
+	if st, err := l.Status(ctx, "sb1"); err != nil || st.NetNS != "/var/run/netns/cni-1" {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+}

@@ -151,8 +151,9 @@ type Verifier struct {
 	byPod   map[string]string // pod UID -> current sandbox ID
 	// Inspections counts Inspect calls (for the benchmark and tests).
 	Inspections int
-	// OnPass, when set, is called after each completed pass.
-	OnPass func()
+	// OnPass, when set, is called by Run after each pass with its error
+	// (nil: the pass completed).
+	OnPass func(err error)
 }
 
 // New validates cfg and returns a Verifier.
@@ -176,15 +177,27 @@ func New(cfg Config) (*Verifier, error) {
 }
 
 // Run makes a pass every Interval until ctx ends. A failed pass (the
-// runtime not answering) is logged and retried at the next tick; the
-// node's state is then not refreshed, so its heartbeat goes stale.
+// runtime not answering) is logged when its error changes and retried at
+// the next tick; the node's state is then not refreshed, so its heartbeat
+// goes stale and the controller takes the node for one without a verifier.
 func (v *Verifier) Run(ctx context.Context) {
 	log := klog.FromContext(ctx)
 	t := time.NewTicker(v.cfg.Interval)
 	defer t.Stop()
+	last := ""
 	for {
-		if err := v.Pass(ctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "Verification pass failed")
+		err := v.Pass(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil && err.Error() != last:
+			log.Error(err, "Verification pass failed; retrying every interval", "interval", v.cfg.Interval)
+			last = err.Error()
+		case err == nil && last != "":
+			log.Info("Verification passes complete again")
+			last = ""
+		}
+		if v.OnPass != nil {
+			v.OnPass(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -229,9 +242,6 @@ func (v *Verifier) Pass(ctx context.Context) error {
 		sum.Chain = &c
 	}
 	v.cfg.Reporter.Node(sum)
-	if v.OnPass != nil {
-		v.OnPass()
-	}
 	return nil
 }
 
