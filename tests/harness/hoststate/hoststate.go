@@ -64,7 +64,7 @@ var Sysctls = []string{
 var Programs = []string{
 	"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "helm",
 	"containerd", "containerd-shim-runc-v2", "runc", "ctr", "pause",
-	"consul-cni", "consul-cni-installer", "consul-cni-check", "repair", "install-cni",
+	"consul-cni", "consul-cni-installer", "consul-cni-check", "consul-cni-verifier", "repair", "install-cni",
 	"podprog", "netprobe", "registry", "docker-registry", "podman", "conmon",
 }
 

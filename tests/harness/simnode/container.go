@@ -84,9 +84,16 @@ func (n *Node) program(image string) (string, bool) {
 }
 
 // argv returns the process to run for a container: the program the node
-// knows for its image (command[0] replaced by it), or the idle command.
+// knows for its image (command[0] replaced by it; when command[0] names
+// another program the node knows, as an image that holds several commands
+// runs one of them, that one), or the idle command.
 func (n *Node) argv(c *corev1.Container, init bool, expand func(string) string) []string {
 	exe, ok := n.program(c.Image)
+	if len(c.Command) > 0 && baseName(c.Command[0]) != imageBase(c.Image) {
+		if other, known := n.cfg.Programs[baseName(c.Command[0])]; known {
+			exe, ok = other, true
+		}
+	}
 	if !ok {
 		if init {
 			return append([]string(nil), n.cfg.InitIdleCommand...)

@@ -50,7 +50,8 @@ func NewRoot(pluginDir string, r *testnet.Range, subnet int) (string, error) {
 var ManifestImages = []string{"consul-cni-installer", "consul-cni-check", "repair"}
 
 // ProjectPrograms builds the commands of ManifestImages that this tree has
-// (and consul-cni next to the installer, which copies it from there) and
+// (and consul-cni next to the installer, which copies it from there, and the
+// verifier, which the installer's image holds too) and
 // returns them as Config.Programs entries.
 func ProjectPrograms(tb testbin.TB) map[string]string {
 	tb.Helper()
@@ -62,6 +63,11 @@ func ProjectPrograms(tb testbin.TB) map[string]string {
 	}
 	if _, ok := programs["consul-cni-installer"]; ok {
 		testbin.Project(tb, "consul-cni")
+		// The installer's image also holds the verifier, which the
+		// verifier DaemonSet runs (its command).
+		if _, err := os.Stat(filepath.Join(testbin.RepoRoot(), "cmd", "consul-cni-verifier")); err == nil {
+			programs["consul-cni-verifier"] = testbin.Project(tb, "consul-cni-verifier")
+		}
 	}
 	return programs
 }
