@@ -33,8 +33,9 @@ const createdMarker = ".ccr-realnode-created"
 
 // startMountNS starts the holder of the node's mount namespace (the pause
 // program under unshare, mounts slave to the host's: the host's mounts are
-// seen, the node's stay inside and end with it) and binds the node's CNI
-// directories at HostCNIConfDir and HostCNIBinDir there.
+// seen, the node's stay inside and end with it), makes its root shared and
+// binds the node's CNI directories at HostCNIConfDir and HostCNIBinDir
+// there.
 func (n *Node) startMountNS() error {
 	for _, d := range []string{HostCNIConfDir, HostCNIBinDir} {
 		if err := n.makeHostDir(d); err != nil {
@@ -66,7 +67,13 @@ func (n *Node) startMountNS() error {
 	if err := n.tunableFiles(binds); err != nil {
 		return err
 	}
-	var script []string
+	// The root is shared inside the node, as systemd makes it on a real
+	// node (a host whose root is private, as in many containers, would
+	// otherwise leave it private): kubelet then accepts HostToContainer
+	// propagation (a DaemonSet that mounts the node's root sees the netns
+	// bind mounts made after it started). The node's mounts still never
+	// reach the host: the namespace is a slave of the host's, or private.
+	script := []string{"mount --make-rshared /"}
 	for src, dst := range binds {
 		script = append(script, fmt.Sprintf("mount --bind '%s' '%s'", src, dst))
 	}
