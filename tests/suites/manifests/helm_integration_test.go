@@ -115,6 +115,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	testbin.Project(t, "consul-cni")
 	programs := map[string]string{
 		"consul-cni-installer": testbin.Project(t, "consul-cni-installer"),
+		"consul-cni-verifier":  testbin.Project(t, "consul-cni-verifier"),
 		"repair":               testbin.Project(t, "repair"),
 	}
 	// The installer image of each appVersion runs its own build, stamped

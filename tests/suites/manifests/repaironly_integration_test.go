@@ -16,6 +16,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/consulk8s"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -35,6 +36,7 @@ func TestRepairOnlyBesideConsulK8sCNI(t *testing.T) {
 	bins, installCNI := consulk8s.Unpack(t), consulK8sProgram(t)
 	node := simnode.StartForTest(t, c, r, func(cfg *simnode.Config) {
 		cfg.Programs["repair"] = repairBin
+		cfg.Programs["consul-cni-verifier"] = testbin.Project(t, "consul-cni-verifier")
 		cfg.Programs["consul-k8s-control-plane"] = installCNI
 	})
 

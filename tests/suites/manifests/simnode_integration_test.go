@@ -207,8 +207,10 @@ func deleteWorkloads(t *testing.T, c *cluster.Cluster) {
 	if err := c.Client.AppsV1().Deployments(namespace).Delete(ctx, controllerName, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
 		t.Logf("delete Deployment: %v", err)
 	}
-	if err := c.Client.AppsV1().DaemonSets(namespace).Delete(ctx, installerName, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
-		t.Logf("delete DaemonSet: %v", err)
+	for _, ds := range []string{installerName, verifierName} {
+		if err := c.Client.AppsV1().DaemonSets(namespace).Delete(ctx, ds, metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("delete DaemonSet %s: %v", ds, err)
+		}
 	}
 	deletePolicies(c)
 	// Wait while the nodes still run (cleanups run before the nodes stop):
@@ -218,10 +220,11 @@ func deleteWorkloads(t *testing.T, c *cluster.Cluster) {
 	for time.Now().Before(deadline) {
 		_, derr := c.Client.AppsV1().Deployments(namespace).Get(ctx, controllerName, metav1.GetOptions{})
 		_, serr := c.Client.AppsV1().DaemonSets(namespace).Get(ctx, installerName, metav1.GetOptions{})
-		if apierrors.IsNotFound(derr) && apierrors.IsNotFound(serr) {
+		_, verr := c.Client.AppsV1().DaemonSets(namespace).Get(ctx, verifierName, metav1.GetOptions{})
+		if apierrors.IsNotFound(derr) && apierrors.IsNotFound(serr) && apierrors.IsNotFound(verr) {
 			return
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("Deployment or DaemonSet %s still there 2m after deletion", namespace)
+	t.Logf("Deployment or DaemonSets of %s still there 2m after deletion", namespace)
 }

@@ -41,6 +41,7 @@ func TestRemoveOnSimulatedNodes(t *testing.T) {
 	testbin.Project(t, "consul-cni")
 	programs := map[string]string{
 		"consul-cni-installer": testbin.Project(t, "consul-cni-installer"),
+		"consul-cni-verifier":  testbin.Project(t, "consul-cni-verifier"),
 		"repair":               testbin.Project(t, "repair"),
 	}
 	var nodes []*simnode.Node
