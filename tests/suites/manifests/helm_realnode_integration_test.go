@@ -95,7 +95,7 @@ func TestHelmOnRealNodes(t *testing.T) {
 func imageValues(t *testing.T, imgs []realnode.Image) []string {
 	t.Helper()
 	var set []string
-	for _, v := range []struct{ key, name string }{{"controller", "repair"}, {"installer", "consul-cni-installer"}} {
+	for _, v := range []struct{ key, name string }{{"controller", "repair"}, {"installer", "consul-cni-installer"}, {"verifier", "consul-cni-installer"}} {
 		ref := ""
 		for _, img := range imgs {
 			if i := strings.LastIndex(img.Ref, ":"); i > 0 && path.Base(img.Ref[:i]) == v.name {
