@@ -114,27 +114,49 @@ func RequireRoot(tb TB) {
 }
 
 func reserve() (*Range, error) {
-	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+	var r *Range
+	err := withSetupLock(func() error {
+		sweep()
+		for s := 0; s < slots; s++ {
+			f, ok, err := lockSlot(s)
+			if err != nil {
+				return err
+			}
+			if ok {
+				r = slotRange(s)
+				r.lock = f
+				return nil
+			}
+		}
+		return fmt.Errorf("all %d address slots are in use by other test processes", slots)
+	})
+	if err != nil {
 		return nil, err
 	}
-	Sweep()
-	for s := 0; s < slots; s++ {
-		f, ok, err := lockSlot(s)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
-		r := slotRange(s)
-		r.lock = f
-		if err := r.startRouter(); err != nil {
-			r.release()
-			return nil, err
-		}
-		return r, nil
+	if err := r.startRouter(); err != nil {
+		r.release()
+		return nil, err
 	}
-	return nil, fmt.Errorf("all %d address slots are in use by other test processes", slots)
+	return r, nil
+}
+
+// withSetupLock runs f holding the harness's setup lock (blocking). A sweep
+// holds the lock of every free slot while it cleans, so a process choosing
+// a slot at that moment would find none free: sweeps and slot choices take
+// turns.
+func withSetupLock(f func() error) error {
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		return err
+	}
+	l, err := os.OpenFile(filepath.Join(lockDir, "setup.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer l.Close() // closing releases the lock
+	if err := syscall.Flock(int(l.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("testnet setup lock: %w", err)
+	}
+	return f()
 }
 
 // slotRange is slot s's address range (not reserved).
@@ -168,9 +190,11 @@ func lockSlot(s int) (_ *os.File, ok bool, _ error) {
 // and the routes and addresses inside its range. Reserve sweeps first; the
 // node harness sweeps before it starts a node.
 func Sweep() {
-	if err := os.MkdirAll(lockDir, 0o755); err != nil {
-		return
-	}
+	_ = withSetupLock(func() error { sweep(); return nil })
+}
+
+// sweep is Sweep, its caller holding the setup lock.
+func sweep() {
 	var free []*Range
 	for s := 0; s < slots; s++ {
 		f, ok, err := lockSlot(s)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -43,5 +44,35 @@ func TestExternalReachableFromHost(t *testing.T) {
 	// never sent towards the machine's default gateway.
 	if _, err := net.Dial("tcp", netip.AddrPortFrom(Host(r.Subnet4(9, 24), 7), 80).String()); err == nil || !strings.Contains(err.Error(), "no route to host") {
 		t.Fatalf("expected no route to host, got %v", err)
+	}
+}
+
+// A sweep holds every free slot's lock while it cleans; a process choosing
+// a slot at that moment still gets one (sweeps and choices take turns).
+func TestReserveFindsASlotWhileAnotherProcessSweeps(t *testing.T) {
+	RequireRoot(t)
+	stop := make(chan struct{})
+	var sweepers sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		sweepers.Add(1)
+		go func() {
+			defer sweepers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					Sweep()
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); sweepers.Wait() }()
+	for i := 0; i < 20; i++ {
+		r, err := reserve()
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		r.release()
 	}
 }
