@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,13 @@ import (
 // ServiceCIDR is the ClusterIP range. Nothing routes it (there is no
 // kube-proxy): Services exist as API objects only.
 const ServiceCIDR = "198.19.0.0/16"
+
+// KubernetesServiceIP is the ClusterIP of the "kubernetes" Service, the
+// first address of ServiceCIDR, which the apiserver's certificate names.
+// Nodes (real and simulated) serve the apiserver there, port 443, in their
+// own network namespaces, as kube-proxy makes it reachable, so in-cluster
+// clients that take KUBERNETES_SERVICE_HOST work unchanged.
+var KubernetesServiceIP = netip.MustParsePrefix(ServiceCIDR).Masked().Addr().Next()
 
 // KubeletAddressTypes is the apiserver's --kubelet-preferred-address-types:
 // only the InternalIP a node reports, so a node name is never resolved.
@@ -129,7 +137,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
-	pk, err := newPKI(c.Dir, net.ParseIP("198.19.0.1"))
+	pk, err := newPKI(c.Dir, net.IP(KubernetesServiceIP.AsSlice()))
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}

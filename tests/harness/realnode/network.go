@@ -15,13 +15,6 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
-// KubernetesServiceIP is the ClusterIP of the "kubernetes" Service (the
-// first address of cluster.ServiceCIDR, which the apiserver's certificate
-// names): inside every node's network namespace it is an address on lo where
-// the apiserver is forwarded, port 443, so in-cluster clients of pods and of
-// hostNetwork pods work unchanged.
-var KubernetesServiceIP = netip.MustParsePrefix(cluster.ServiceCIDR).Masked().Addr().Next()
-
 // netnsFile in the node's directory names its network namespace, for the
 // sweep of a killed run.
 const netnsFile = "netns"
@@ -30,7 +23,7 @@ const netnsFile = "netns"
 // router like every namespace of the harness (testnet.Range.Link: eth0, the
 // default routes, forwarding on inside the node, the node's subnet routed to
 // it), with the node IP on eth0 and the apiserver forwarded at
-// KubernetesServiceIP:443. Nothing changes in the host's namespace.
+// cluster.KubernetesServiceIP:443. Nothing changes in the host's namespace.
 func (n *Node) setupNetwork(r *testnet.Range) error {
 	n.netnsName = r.NetnsName("node")
 	n.Netns = filepath.Join("/run/netns", n.netnsName)
@@ -46,7 +39,7 @@ func (n *Node) setupNetwork(r *testnet.Range) error {
 	ns := n.netnsName
 	for _, s := range [][]string{
 		{"-n", ns, "addr", "add", n.IP.String() + "/32", "dev", "eth0"},
-		{"-n", ns, "addr", "add", KubernetesServiceIP.String() + "/32", "dev", "lo"},
+		{"-n", ns, "addr", "add", cluster.KubernetesServiceIP.String() + "/32", "dev", "lo"},
 	} {
 		if err := ipCmd(s...); err != nil {
 			return err
@@ -77,7 +70,7 @@ func ipCmd(args ...string) error {
 	return nil
 }
 
-// apiForward accepts connections at KubernetesServiceIP:443 in a node's
+// apiForward accepts connections at cluster.KubernetesServiceIP:443 in a node's
 // namespace and relays them to the apiserver on the host's loopback.
 type apiForward struct {
 	l      net.Listener
@@ -92,7 +85,7 @@ func startAPIForward(netnsPath, server string) (*apiForward, error) {
 	}
 	f := &apiForward{target: u.Host}
 	err = testnet.DoIn(netnsPath, func() (err error) {
-		f.l, err = net.Listen("tcp", netip.AddrPortFrom(KubernetesServiceIP, 443).String())
+		f.l, err = net.Listen("tcp", netip.AddrPortFrom(cluster.KubernetesServiceIP, 443).String())
 		return err
 	})
 	if err != nil {
@@ -122,5 +115,5 @@ func (f *apiForward) close() {
 // APIServerURL is the apiserver as seen from inside the node (kubelet's
 // kubeconfig, in-cluster clients).
 func APIServerURL() string {
-	return "https://" + netip.AddrPortFrom(KubernetesServiceIP, 443).String()
+	return "https://" + netip.AddrPortFrom(cluster.KubernetesServiceIP, 443).String()
 }

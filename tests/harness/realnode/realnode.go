@@ -48,7 +48,7 @@
 // The default conflist (DefaultConfList: ptp and host-local, no masquerade)
 // gives pods the rest of the /24 with the node IP as their gateway; the
 // host (tests) reaches pods at their addresses. Inside the namespace
-// KubernetesServiceIP:443, the "kubernetes" Service's ClusterIP (named by
+// cluster.KubernetesServiceIP:443, the "kubernetes" Service's ClusterIP (named by
 // the apiserver's certificate), is forwarded to the apiserver on the host's
 // loopback: kubelet uses it, and in-cluster clients of pods and hostNetwork
 // pods work unchanged, with no kube-proxy and nothing added to the host's

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sync"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -15,9 +16,12 @@ import (
 // own network namespace (the ptp gateway of its pods, so pods reach it by
 // their default route) and relays to the apiserver from the host's
 // namespace: the node-local API endpoint written into the kubeconfigs
-// containers get.
+// containers get. It also listens at the kubernetes Service's address, port
+// 443 (the address the apiserver's certificate names, as kube-proxy makes
+// it reachable), for programs that write a kubeconfig from
+// KUBERNETES_SERVICE_HOST and _PORT.
 type apiProxy struct {
-	l      net.Listener
+	l, svc net.Listener
 	target string
 	wg     sync.WaitGroup
 }
@@ -31,18 +35,26 @@ func startAPIProxy(nw *nodeNetwork, nodeIP netip.Addr, apiHost string) (*apiProx
 	if p.l, err = nw.listen(netip.AddrPortFrom(nodeIP, 0).String()); err != nil {
 		return nil, err
 	}
-	p.wg.Add(1)
-	go p.serve()
+	if p.svc, err = nw.listen(netip.AddrPortFrom(cluster.KubernetesServiceIP, 443).String()); err != nil {
+		p.l.Close()
+		return nil, err
+	}
+	p.wg.Add(2)
+	go p.serve(p.l)
+	go p.serve(p.svc)
 	return p, nil
 }
 
 // URL is the node-local API endpoint.
 func (p *apiProxy) URL() string { return "https://" + p.l.Addr().String() }
 
-func (p *apiProxy) serve() {
+// ServiceURL is the API endpoint at the kubernetes Service's address.
+func (p *apiProxy) ServiceURL() string { return "https://" + p.svc.Addr().String() }
+
+func (p *apiProxy) serve(l net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.l.Accept()
+		c, err := l.Accept()
 		if err != nil {
 			return
 		}
@@ -52,5 +64,6 @@ func (p *apiProxy) serve() {
 
 func (p *apiProxy) close() {
 	p.l.Close()
+	p.svc.Close()
 	p.wg.Wait()
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
@@ -17,7 +18,8 @@ import (
 // it. The node's CNI plugins run in it (ptp's host ends of the pods' veths,
 // its routes and forwarding switch are the node's, not the host's), and so do
 // hostNetwork containers, the probes, and the node-local endpoints (API proxy,
-// kubelet API) at NodeIP on its loopback. Nothing changes in the host's
+// kubelet API) at NodeIP on its loopback; the API proxy also at the
+// kubernetes Service's address (cluster.KubernetesServiceIP). Nothing changes in the host's
 // namespace.
 type nodeNetwork struct {
 	name, path string
@@ -33,9 +35,11 @@ func startNetwork(r *testnet.Range, subnet netip.Prefix, nodeIP netip.Addr) (*no
 		nw.remove()
 		return nil, err
 	}
-	if out, err := exec.Command("ip", "-n", name, "addr", "add", nodeIP.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		nw.remove()
-		return nil, fmt.Errorf("node IP %s in %s: %v: %s", nodeIP, name, err, strings.TrimSpace(string(out)))
+	for _, ip := range []netip.Addr{nodeIP, cluster.KubernetesServiceIP} {
+		if out, err := exec.Command("ip", "-n", name, "addr", "add", ip.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			nw.remove()
+			return nil, fmt.Errorf("address %s in %s: %v: %s", ip, name, err, strings.TrimSpace(string(out)))
+		}
 	}
 	return nw, nil
 }

@@ -256,6 +256,11 @@ func (n *Node) startEndpoints(ctx context.Context) (err error) {
 // network namespaces and from the host).
 func (n *Node) APIServer() string { return n.api.URL() }
 
+// KubernetesService is the API endpoint at the kubernetes Service's address
+// in the node's namespace (its pods reach it too), what kubelet gives
+// containers as KUBERNETES_SERVICE_HOST and _PORT.
+func (n *Node) KubernetesService() string { return n.api.ServiceURL() }
+
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 

@@ -77,11 +77,13 @@ func consulK8sRBAC(t *testing.T, c *cluster.Cluster) {
 // (labels, tolerations, the install-cni container's command, POD_UID,
 // hostPath volumes, no readiness probe: its pod is Ready once it runs),
 // pinned to node; its container runs consul-k8s's real install-cni.
-// KUBERNETES_SERVICE_HOST and _PORT name the API server, as kubelet sets
-// them from the kubernetes Service.
+// KUBERNETES_SERVICE_HOST and _PORT name the kubernetes Service's address,
+// as kubelet sets them: consul-k8s's installer writes them into the
+// kubeconfig its plugin uses in the node's network namespace, where the
+// test's own address of the apiserver is not reachable.
 func startConsulK8sCNI(t *testing.T, c *cluster.Cluster, node *simnode.Node, bins consulk8s.Binaries) {
 	t.Helper()
-	u, err := url.Parse(c.Server)
+	u, err := url.Parse(node.KubernetesService())
 	if err != nil {
 		t.Fatal(err)
 	}
