@@ -352,7 +352,9 @@ func runInstaller(ctx context.Context, o *options) error {
 	cfg.PodAlive = podAlive(client)
 	cfg.PodGone = podGone(client)
 	if ns, pod, ok := install.PodOf(src); ok {
-		cfg.Decide = install.APIDecider(client, ns, pod)
+		// The watch outlives SIGTERM: the decision may wait for its events.
+		w := install.WatchForLeaving(context.WithoutCancel(ctx), client, ns, pod)
+		cfg.Decide = w.Decider(install.APIDecider(client, ns, pod))
 	} else {
 		logger.Info("Not running in a pod (no pod-bound token): on SIGTERM the installation stays in place")
 	}

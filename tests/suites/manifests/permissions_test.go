@@ -78,8 +78,10 @@ func (s permSet) diff(got permSet) string {
 // may do, in every overlay: read a pod and patch its status annotation.
 func wantInstaller() permSet {
 	s := perms("", []string{"pods"}, []string{"get", "patch"}, "")
-	s.add(perms("", []string{"namespaces", "nodes"}, []string{"get"}, ""))
-	s.add(perms("apps", []string{"daemonsets"}, []string{"get"}, ""))
+	// Whether it leaves the node when it stops: its namespace, node and
+	// DaemonSet, watched by name from its start.
+	s.add(perms("", []string{"namespaces", "nodes"}, []string{"get", "list", "watch"}, ""))
+	s.add(perms("apps", []string{"daemonsets"}, []string{"get", "list", "watch"}, ""))
 	return s
 }
 
