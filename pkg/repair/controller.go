@@ -101,6 +101,9 @@ type Controller struct {
 
 	mu    sync.Mutex
 	state map[types.UID]*podState
+	// verifying: the nodes a verifier reported for at the last
+	// recheckVerifiers (verified.go).
+	verifying map[string]bool
 }
 
 // podState is what the controller remembers about a broken pod, by UID.
@@ -134,6 +137,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		now:    time.Now,
 		state:  map[types.UID]*podState{},
 	}
+	c.detector.VerifierHeartbeat = c.verifierHeartbeat
 	var cniIndex cache.Indexer
 	if inf.CNIPods != nil {
 		cniIndex = inf.CNIPods.GetIndexer()
@@ -219,6 +223,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		wait.UntilWithContext(ctx, func(context.Context) { c.forgetGonePods() }, stateSweep)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(context.Context) { c.recheckVerifiers() }, verifierRecheck)
 	}()
 	<-ctx.Done()
 	logger.Info("Stopping repair controller")

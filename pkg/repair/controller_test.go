@@ -725,9 +725,11 @@ func TestStateMetrics(t *testing.T) {
 consul_cni_repair_broken_pods{namespace="app",reason="init_check_failed"} 1
 consul_cni_repair_broken_pods{namespace="app",reason="sandbox_recreated"} 1
 consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 1
+consul_cni_repair_broken_pods{namespace="app",reason="verified_unredirected"} 0
 consul_cni_repair_broken_pods{namespace="quiet",reason="init_check_failed"} 0
 consul_cni_repair_broken_pods{namespace="quiet",reason="sandbox_recreated"} 0
 consul_cni_repair_broken_pods{namespace="quiet",reason="tproxy_status_stuck"} 0
+consul_cni_repair_broken_pods{namespace="quiet",reason="verified_unredirected"} 0
 # HELP consul_cni_repair_nodes Nodes by CNI readiness as the configured gate sees it.
 # TYPE consul_cni_repair_nodes gauge
 consul_cni_repair_nodes{cni_ready="false"} 1
@@ -863,6 +865,7 @@ func TestFinishedPodsAreNeverBroken(t *testing.T) {
 consul_cni_repair_broken_pods{namespace="app",reason="init_check_failed"} 1
 consul_cni_repair_broken_pods{namespace="app",reason="sandbox_recreated"} 0
 consul_cni_repair_broken_pods{namespace="app",reason="tproxy_status_stuck"} 0
+consul_cni_repair_broken_pods{namespace="app",reason="verified_unredirected"} 0
 `
 	if err := testutil.GatherAndCompare(h.metrics.Registry, strings.NewReader(want), metrics.Prefix+"broken_pods"); err != nil {
 		t.Fatal(err)

@@ -84,11 +84,7 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 			break
 		}
 	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReadyToStartContainers {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
-		}
-	}
+	out.Status.Conditions = slimPodConditions(pod.Status.Conditions)
 	var others containerSummary
 	for i := range pod.Status.InitContainerStatuses {
 		cs := &pod.Status.InitContainerStatuses[i]
@@ -205,7 +201,8 @@ func slimNode(obj interface{}) (interface{}, error) {
 			Labels:            node.Labels,
 			Annotations:       ann,
 		},
-		Spec: corev1.NodeSpec{Taints: node.Spec.Taints},
+		Spec:   corev1.NodeSpec{Taints: node.Spec.Taints},
+		Status: corev1.NodeStatus{Conditions: slimNodeConditions(node.Status.Conditions)},
 	}, nil
 }
 

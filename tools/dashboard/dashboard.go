@@ -158,7 +158,7 @@ func repairs() []idPanel {
 	return []idPanel{
 		seriesPanel("Repaired pods by action and result", "Actions taken per interval, by action (evict, delete, label), result (success, failure, pdb_blocked) and dry run.", "short", 12,
 			query("A", fmt.Sprintf(`sum by (action, result, dry_run) (increase(%s[$__rate_interval]))`, repaired("")), "{{action}} {{result}} dry_run={{dry_run}}")),
-		seriesPanel("Repaired pods by reason", "Actions per interval by detection signal: tproxy_status_stuck (status annotation never became complete), init_check_failed (the init-container check exited with the watched code) or sandbox_recreated (the sandbox was made again after cni-applied-at, without consul-cni).", "short", 12,
+		seriesPanel("Repaired pods by reason", "Actions per interval by detection signal: tproxy_status_stuck (status annotation never became complete), init_check_failed (the init-container check exited with the watched code), sandbox_recreated (the sandbox was made again after cni-applied-at, without consul-cni) or verified_unredirected (the node verifier found no rules in the sandbox).", "short", 12,
 			query("A", fmt.Sprintf(`sum by (reason, dry_run) (increase(%s[$__rate_interval]))`, repaired("")), "{{reason}} dry_run={{dry_run}}")),
 		seriesPanel("Repaired pods by namespace", "Actions per interval by the namespace of the repaired pods.", "short", 12,
 			query("A", fmt.Sprintf(`sum by (namespace) (increase(%s[$__rate_interval]))`, repaired("")), "{{namespace}}")),

@@ -29,7 +29,7 @@ const (
 )
 
 // AllReasons lists every Reason, in a fixed order (metrics).
-var AllReasons = []Reason{ReasonTProxyStatusStuck, ReasonInitCheckFailed, ReasonSandboxRecreated}
+var AllReasons = []Reason{ReasonTProxyStatusStuck, ReasonInitCheckFailed, ReasonSandboxRecreated, ReasonVerifiedUnredirected}
 
 // Detector decides whether a pod bypassed the CNI plugin. It is a pure
 // function of the pod and the time, so it is cheap and table-testable.
@@ -47,6 +47,10 @@ type Detector struct {
 	// PodReadyToStartContainers transition may be and still be the sandbox
 	// the rules were applied to.
 	SandboxSlack time.Duration
+	// VerifierHeartbeat, when set, dates the node verifier's report of a
+	// node: the verifier's evidence then comes first (verified.go). Nil:
+	// the signals alone judge.
+	VerifierHeartbeat VerifierHeartbeat
 }
 
 // Verdict is the result of Detect.
@@ -65,6 +69,11 @@ type Verdict struct {
 	// Ignored, when not empty and the pod is not broken, says why the pod
 	// is never considered (not injected, terminating, ...).
 	Ignored string
+	// Evidence says whether the node verifier decided or the signals did
+	// (empty for a pod never examined); Inferred, when the signals did,
+	// says why the verifier could not.
+	Evidence Evidence
+	Inferred string
 }
 
 // examinable reports whether the pod is one that can ever be broken: a repair
@@ -116,14 +125,27 @@ func isMirrorPod(pod *corev1.Pod) bool {
 	return false
 }
 
-// Detect applies signals B then A to a pod whose status is enabled/waiting,
-// and signal C to one whose status is complete, at time now. A Failed pod is
+// Detect applies the node verifier's evidence first (verified.go), then,
+// where it does not decide, signals B then A to a pod whose status is
+// enabled/waiting, and signal C to one whose status is complete, at time
+// now. A Failed pod is
 // broken only by signal B: it failed for another reason (an eviction by the
 // kubelet, its own containers), runs nothing and its owner replaces it.
 func (d Detector) Detect(pod *corev1.Pod, now time.Time) Verdict {
 	if ok, why := examinable(pod); !ok {
 		return Verdict{Ignored: why}
 	}
+	ev := d.verified(pod, now)
+	if ev.decided {
+		return ev.verdict
+	}
+	v := d.infer(pod, now)
+	v.Evidence, v.Inferred = EvidenceInferred, ev.why
+	return v
+}
+
+// infer judges an examinable pod by the signals.
+func (d Detector) infer(pod *corev1.Pod, now time.Time) Verdict {
 	status, _ := annotations.TProxyStatus(pod.Annotations)
 	if annotations.IsComplete(status) {
 		if pod.Status.Phase == corev1.PodFailed {
