@@ -69,9 +69,14 @@ func initFailed(p *corev1.Pod) {
 	}}}
 }
 
-// recreated: signal C (the sandbox became ready long after cni-applied-at).
+// recreated: signal C (the sandbox became ready long after cni-applied-at,
+// and replaced one in which the app container ran).
 func recreated(p *corev1.Pod) {
 	p.Annotations[annotations.KeyCNIAppliedAt] = annotations.FormatTime(now.Add(-2 * time.Hour))
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: 1,
+		State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ago(time.Hour)}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 255, StartedAt: ago(2 * time.Hour), FinishedAt: ago(61 * time.Minute)}},
+	}}
 }
 
 func bare(p *corev1.Pod)      { p.OwnerReferences = nil }

@@ -715,7 +715,7 @@ func TestStateMetrics(t *testing.T) {
 	h.addPod(brokenB())
 	h.addPod(judgetest.Pod(judgetest.SandboxAt(-time.Hour)))
 	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour)))
-	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Hour)))
+	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Hour), judgetest.Restarted(-time.Hour-time.Minute)))
 	h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour), judgetest.InNamespace("quiet")))
 	// not a transparent-proxy pod: its namespace is not reported
 	h.addPod(judgetest.Pod(judgetest.WithoutAnnotation(annotations.KeyTransparentProxyStatus), judgetest.SandboxAt(-time.Hour), judgetest.InNamespace("plain")))
@@ -877,7 +877,7 @@ consul_cni_repair_broken_pods{namespace="app",reason="verified_unredirected"} 0
 func TestSandboxRecreatedIsRepaired(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(readyNode("n1"))
-	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute)))
+	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute), judgetest.Restarted(-2*time.Minute)))
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
 	}
@@ -1000,7 +1000,7 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 			}
 			var keys []string
 			for i := 0; i < pods; i++ {
-				keys = append(keys, h.addPod(judgetest.Pod(judgetest.WithStatus(annotations.TProxyStatusComplete), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(tc.sandbox))))
+				keys = append(keys, h.addPod(judgetest.Pod(judgetest.WithStatus(annotations.TProxyStatusComplete), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(tc.sandbox), judgetest.Lost())))
 			}
 			for _, k := range keys {
 				if err := h.sync(k); err != nil {

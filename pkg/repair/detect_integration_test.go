@@ -230,7 +230,7 @@ func TestIntegrationSandboxRecreatedEvicted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = markRunningReady(t, c.Client, p)
+	p = markRecreated(t, c.Client, p)
 	replaced(t, c.Client, ns, "rebooted", p.UID, 1)
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); n != 1 {
 		t.Fatalf("repaired{reason=sandbox_recreated} = %v", n)
@@ -284,7 +284,7 @@ func TestIntegrationSandboxRecreatedWithoutAppliedAt(t *testing.T) {
 		t.Fatalf("no-op write moved the time: %s -> %s by %q", written, at, m)
 	}
 	time.Sleep(slack)
-	p := markRunningReady(t, c.Client, first)
+	p := markRecreated(t, c.Client, first)
 	f := markRunningReady(t, c.Client, writeStatusAsConsulK8s(t, plugin, ns, fresh, annotations.TProxyStatusComplete))
 
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.SandboxSlack = slack })
@@ -296,4 +296,22 @@ func TestIntegrationSandboxRecreatedWithoutAppliedAt(t *testing.T) {
 	if err != nil || got.UID != f.UID || got.DeletionTimestamp != nil {
 		t.Fatalf("pod %s, its sandbox ready right after the status was written, was acted on: %v", fresh, err)
 	}
+}
+
+// markRecreated marks a pod running in a sandbox that replaced an earlier
+// one, as the kubelet reports it: the sandbox ready now, the app container
+// restarted, its previous run (in the earlier sandbox) ended a minute ago.
+func markRecreated(t testing.TB, client kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	p := markRunningReady(t, client, pod)
+	app := &p.Status.ContainerStatuses[0]
+	app.RestartCount = 1
+	app.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 255, Reason: "Unknown", StartedAt: metav1.NewTime(time.Now().Add(-time.Hour)), FinishedAt: metav1.NewTime(time.Now().Add(-time.Minute)),
+	}}
+	out, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("mark %s recreated: %v", p.Name, err)
+	}
+	return out
 }

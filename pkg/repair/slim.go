@@ -107,21 +107,35 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 		if others.restarted {
 			s.RestartCount = 1
 		}
+		s.LastTerminationState = others.lastTermination()
 		out.Status.ContainerStatuses = []corev1.ContainerStatus{s}
 	}
 	return out, nil
 }
 
 // containerSummary is what sandbox detection needs of a set of containers:
-// whether any started (or restarted) and the earliest start time.
+// whether any started (or restarted), the earliest start time, and of the
+// previous runs (last terminations) the earliest end, or that one has none
+// (signal C's evidence of an earlier sandbox).
 type containerSummary struct {
 	started, restarted bool
 	first              metav1.Time
+	ended, lost        bool
+	firstEnd           metav1.Time
 }
 
 func (c *containerSummary) add(cs *corev1.ContainerStatus) {
 	if cs.RestartCount > 0 {
 		c.restarted = true
+	}
+	if last := cs.LastTerminationState.Terminated; last != nil {
+		c.ended = true
+		switch t := last.FinishedAt; {
+		case t.IsZero():
+			c.lost = true
+		case c.firstEnd.IsZero() || t.Before(&c.firstEnd):
+			c.firstEnd = t
+		}
 	}
 	for _, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
 		var t metav1.Time
@@ -138,6 +152,18 @@ func (c *containerSummary) add(cs *corev1.ContainerStatus) {
 			c.first = t
 		}
 	}
+}
+
+// lastTermination is the summary's previous run: none, one without times
+// when a container's was lost, else the earliest end.
+func (c *containerSummary) lastTermination() corev1.ContainerState {
+	switch {
+	case !c.ended:
+		return corev1.ContainerState{}
+	case c.lost:
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}
+	}
+	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: c.firstEnd}}
 }
 
 // slimCNIPod is the transform of the CNI DaemonSet pod informer: name,

@@ -271,14 +271,20 @@ func (d Detector) signalC(pod *corev1.Pod, status string) Verdict {
 }
 
 // recreatedAfter is signal C's test against the time consul-cni last acted
-// on the pod: a sandbox that became ready more than the slack later was made
-// without it. detail words the verdict.
+// on the pod: a sandbox that became ready more than the slack later, and
+// that replaced an earlier one in which a container ran (ranInEarlierSandbox:
+// a late date alone is a slow first pull), was made without it. detail words
+// the verdict.
 func (d Detector) recreatedAfter(pod *corev1.Pod, acted time.Time, detail func(sandbox time.Time) string) Verdict {
 	sandbox, ok := SandboxTime(pod)
 	if !ok || !hasReadyToStart(pod) || !sandbox.After(acted.Add(d.SandboxSlack)) {
 		return Verdict{Ignored: "redirection complete"}
 	}
-	return Verdict{Broken: true, Reason: ReasonSandboxRecreated, Since: sandbox, Detail: detail(sandbox)}
+	earlier, changed := ranInEarlierSandbox(pod, sandbox)
+	if !changed {
+		return Verdict{Ignored: "redirection complete; sandbox dated late, but no container ran before it (a slow first start)"}
+	}
+	return Verdict{Broken: true, Reason: ReasonSandboxRecreated, Since: sandbox, Detail: detail(sandbox) + "; " + earlier}
 }
 
 // SandboxTime returns when the pod's latest sandbox was created, as far as

@@ -174,3 +174,37 @@ func RunningSince(d time.Duration) func(*corev1.Pod) {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: At(d)}}})
 	}
 }
+
+// Restarted adds an app container restarted once: its previous run ended at
+// T0+finished (a run in an earlier sandbox when that is before the current
+// one), its current run started a second later.
+func Restarted(finished time.Duration) PodOpt {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: "app", RestartCount: 1,
+			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: At(finished + time.Second)}},
+			LastTerminationState: corev1.ContainerState{Terminated: Terminated(0, finished-time.Hour, finished)},
+		})
+	}
+}
+
+// RanAgain adds init container name, succeeded in its current run that
+// started at T0+started and ran before until T0+before.
+func RanAgain(name string, before, started time.Duration) PodOpt {
+	return InitStatus(corev1.ContainerStatus{
+		Name: name, RestartCount: 1,
+		State:                corev1.ContainerState{Terminated: Terminated(0, started, started+time.Second)},
+		LastTerminationState: corev1.ContainerState{Terminated: Terminated(0, before-time.Second, before)},
+	})
+}
+
+// Lost adds an app container whose previous run the kubelet lost with its
+// sandbox: a termination without times (ContainerStatusUnknown).
+func Lost() PodOpt {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: "app", RestartCount: 1,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown"}},
+		})
+	}
+}
