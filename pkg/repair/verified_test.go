@@ -45,9 +45,9 @@ func TestAPodVerifiedWithoutRulesIsEvictedAtOnceWithItsOwnReason(t *testing.T) {
 func TestAPodVerifiedWithRulesIsNeverActedOnByATimingSignal(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(verifiedNode("n1", -30*time.Second))
-	// Signal C by timing (a slow first pull dates the sandbox late), but
-	// the verifier saw the rules.
-	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute),
+	// Signal C by timing and a container of an earlier sandbox, but the
+	// verifier saw the rules.
+	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute), judgetest.Restarted(-2*time.Minute),
 		judgetest.Verified(corev1.ConditionTrue, annotations.ReasonRulesInPlace, -2*time.Hour)))
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestAPodVerifiedWithRulesIsNeverActedOnByATimingSignal(t *testing.T) {
 func TestAStaleVerifierNeitherActsNorProtects(t *testing.T) {
 	h := newHarness(t, nil)
 	h.addNode(verifiedNode("n1", -30*time.Second))
-	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute),
+	key := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-2*time.Hour), judgetest.SandboxAt(-time.Minute), judgetest.Restarted(-2*time.Minute),
 		judgetest.Verified(corev1.ConditionTrue, annotations.ReasonRulesInPlace, -2*time.Hour)))
 	meshed := h.addPod(judgetest.Pod(judgetest.WithStatus("complete"), judgetest.AppliedAt(-time.Hour), judgetest.SandboxAt(-time.Hour),
 		judgetest.Verified(corev1.ConditionFalse, annotations.ReasonRulesMissing, -2*time.Second)))

@@ -56,8 +56,9 @@ func VerifiedMatrix() []VerifiedCase {
 	inPlace := Verified(corev1.ConditionTrue, annotations.ReasonRulesInPlace, -20*time.Second)
 	// meshed: complete, rules applied with the sandbox an hour ago.
 	meshed := []PodOpt{WithStatus(annotations.TProxyStatusComplete), AppliedAt(-time.Hour), SandboxAt(-time.Hour)}
-	// recreated: complete, but the sandbox came 10 min after the rules (signal C).
-	recreated := []PodOpt{WithStatus(annotations.TProxyStatusComplete), AppliedAt(-time.Hour), SandboxAt(-50 * time.Minute)}
+	// recreated: complete, but the sandbox came 10 min after the rules and
+	// the app container ran in an earlier one (signal C).
+	recreated := []PodOpt{WithStatus(annotations.TProxyStatusComplete), AppliedAt(-time.Hour), SandboxAt(-50 * time.Minute), Restarted(-51 * time.Minute)}
 	with := func(base []PodOpt, more ...PodOpt) *corev1.Pod {
 		return Pod(append(append([]PodOpt{}, base...), more...)...)
 	}
