@@ -27,6 +27,12 @@ type Pod struct {
 	Reason    judge.Reason `json:"reason"`
 	Detail    string       `json:"detail"`
 	Since     time.Time    `json:"since"`
+	// Evidence is what the verdict rests on: "verified" (the node
+	// verifier's condition for the current sandbox) or "inferred" (the
+	// timing and status signals); Inferred says why the verifier did not
+	// decide.
+	Evidence judge.Evidence `json:"evidence"`
+	Inferred string         `json:"inferred,omitempty"`
 	// Action is what the controller would do now.
 	Action string `json:"action"`
 
@@ -53,6 +59,8 @@ type Report struct {
 	Examined  int         `json:"examined"`
 	Outside   []Pod       `json:"outside"`
 	NotJudged []NotJudged `json:"notJudged"`
+	// Verification counts the judged pods by what their verdict rests on.
+	Verification Verification `json:"verification"`
 }
 
 // nodeState is the gate's and the breaker's view of one node.
@@ -92,7 +100,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o *Options, now time.
 		}
 	}
 	a := &auditor{
-		cfg: o.Config, det: o.Config.Detector(), now: now,
+		cfg: o.Config, det: detector(o.Config, nodeIdx), now: now,
 		gate:   judge.NewGate(o.Config.Gate, corelisters.NewNodeLister(nodeIdx), cniIdx, now, false),
 		nodes:  map[string]*nodeState{},
 		report: &Report{APIVersion: APIVersion, Kind: Kind, Time: now, Outside: []Pod{}, NotJudged: []NotJudged{}},
@@ -133,6 +141,7 @@ func (a *auditor) add(obj interface{}) error {
 	}
 	a.report.Examined++
 	v := a.det.Detect(pod, a.now)
+	a.report.Verification.count(v)
 	if n := pod.Spec.NodeName; n != "" {
 		if st := a.node(n); st.open && a.det.CountedByBreaker(pod, st.since) {
 			st.counted++
@@ -158,7 +167,7 @@ func (a *auditor) add(obj interface{}) error {
 	}
 	a.report.Outside = append(a.report.Outside, Pod{
 		Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName, Owner: owner,
-		Reason: v.Reason, Detail: v.Detail, Since: v.Since,
+		Reason: v.Reason, Detail: v.Detail, Since: v.Since, Evidence: v.Evidence, Inferred: v.Inferred,
 		bare:     ref == nil,
 		labelled: pod.Labels[annotations.LabelUninitialized] == annotations.LabelUninitializedValue,
 	})

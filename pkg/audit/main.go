@@ -85,6 +85,7 @@ func checkAndAudit(ctx context.Context, command string, client kubernetes.Interf
 		return ExitError
 	}
 	fmt.Fprintf(stderr, "%d of %d injected pods outside the mesh\n", len(r.Outside), r.Examined)
+	fmt.Fprintln(stderr, r.Verification)
 	switch {
 	case len(failed) > 0:
 		return ExitUnhealthy

@@ -99,18 +99,18 @@ func (p *printer) printTables(w io.Writer, r *Report) error {
 	wide := p.format == "wide"
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	if !p.noHeaders {
-		header := "NAMESPACE\tPOD\tNODE\tOWNER\tREASON\tSINCE\tACTION"
+		header := "NAMESPACE\tPOD\tNODE\tOWNER\tREASON\tEVIDENCE\tSINCE\tACTION"
 		if wide {
-			header += "\tWHY\tDETAIL"
+			header += "\tWHY\tDETAIL\tINFERRED"
 		}
 		fmt.Fprintln(tw, header)
 	}
 	for _, pod := range r.Outside {
 		action, why := splitAction(pod.Action)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", pod.Namespace, pod.Name, orNone(pod.Node), pod.Owner, pod.Reason,
-			duration.HumanDuration(r.Time.Sub(pod.Since)), action)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", pod.Namespace, pod.Name, orNone(pod.Node), pod.Owner, pod.Reason,
+			pod.Evidence, duration.HumanDuration(r.Time.Sub(pod.Since)), action)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s", orNone(why), orNone(pod.Detail))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", orNone(why), orNone(pod.Detail), orNone(pod.Inferred))
 		}
 		fmt.Fprintln(tw)
 	}
