@@ -391,7 +391,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	race := c.detector.OfTheRace(c.gate, pod, since)
-	if ok, wait := c.limiter.Take(node, race, now); !ok {
+	if ok, wait := c.limiter.Take(pod.Namespace, node, race, now); !ok {
 		c.skip(st, metrics.SkipRateLimited)
 		c.queue.AddAfter(key, wait)
 		return nil

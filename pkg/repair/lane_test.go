@@ -78,14 +78,15 @@ func TestPodsDatedJustAfterReadinessKeepTheNodePace(t *testing.T) {
 }
 
 // The cluster-wide cap binds the race lane too: at most N actions in any
-// minute, all lanes together.
+// minute, all lanes together (a namespace per node: one namespace alone
+// leaves a tenth of the cap to others, TestOneNamespaceLeavesRoomForAnother).
 func TestRaceLaneKeepsTheGlobalCap(t *testing.T) {
 	h := newHarness(t, defaultLimits)
 	var keys []string
 	for _, node := range []string{"n1", "n2", "n3", "n4"} {
 		h.addNode(nodeReadySinceAt(node, -10*time.Second))
 		for i := 0; i < 10; i++ {
-			keys = append(keys, h.addPod(brokenWithSandbox(-time.Minute, judgetest.OnNode(node))))
+			keys = append(keys, h.addPod(brokenWithSandbox(-time.Minute, judgetest.OnNode(node), judgetest.InNamespace("ns-"+node))))
 		}
 	}
 	for _, k := range keys {
@@ -173,22 +174,22 @@ func (h *harness) syncAllRemovingActed(pods []*corev1.Pod) []*corev1.Pod {
 func TestLimiterCap(t *testing.T) {
 	l := newLimiter(4, 60) // cap 4 a minute, global burst 1, per-node burst 6
 	now := judgetest.T0
-	if ok, _ := l.Take("n1", false, now); !ok {
+	if ok, _ := l.Take("a", "n1", false, now); !ok {
 		t.Fatal("paced take refused")
 	}
 	for i := 0; i < 3; i++ {
 		now = now.Add(10 * time.Second)
-		if ok, _ := l.Take("n1", true, now); !ok {
+		if ok, _ := l.Take(string(rune('b'+i)), "n1", true, now); !ok {
 			t.Fatalf("race take %d refused under the cap", i)
 		}
 	}
 	now = now.Add(10 * time.Second) // T0+40s: 4 actions in the last minute
-	ok, wait := l.Take("n2", true, now)
+	ok, wait := l.Take("e", "n2", true, now)
 	if ok || wait != 20*time.Second {
 		t.Fatalf("over the cap: ok=%v wait=%v, want refused for 20s", ok, wait)
 	}
 	now = now.Add(wait)
-	if ok, _ := l.Take("n2", true, now); !ok {
+	if ok, _ := l.Take("e", "n2", true, now); !ok {
 		t.Fatal("refused once the first action left the window")
 	}
 }

@@ -19,15 +19,25 @@ const capWindow = time.Minute
 // one cluster-wide and one per node (fairness: one bad node cannot use the
 // whole budget; and a slow pace lets the circuit breaker see a
 // misconfigured node's new pods break before many are acted on).
+//
+// The cap is shared fairly between namespaces (fairShare): one whose pods
+// all look broken cannot hold back another's repairs for the window.
 type Limiter struct {
 	global  *rate.Limiter
 	perNode rate.Limit
 	burst   int
 	cap     int
 
-	mu     sync.Mutex
-	nodes  map[string]*rate.Limiter
-	recent []time.Time // actions of the last capWindow, oldest first
+	mu      sync.Mutex
+	nodes   map[string]*rate.Limiter
+	recent  []capAction          // actions of the last capWindow, oldest first
+	waiting map[string]time.Time // namespace -> its last refusal, since served no more
+}
+
+// capAction is one action counted by the cap: when, in which namespace.
+type capAction struct {
+	at        time.Time
+	namespace string
 }
 
 // newLimiter returns a limiter of perMinute actions cluster-wide and
@@ -39,6 +49,7 @@ func newLimiter(perMinute, perNodePerMinute int) *Limiter {
 		burst:   burstOf(perNodePerMinute),
 		cap:     perMinute,
 		nodes:   map[string]*rate.Limiter{},
+		waiting: map[string]time.Time{},
 	}
 }
 
@@ -50,37 +61,55 @@ func burstOf(perMinute int) int {
 	return b
 }
 
-// Take takes one action's worth at now for a pod on node: from the
-// cluster-wide cap and, unless race, from the node's bucket and the global
-// bucket. When any is exhausted nothing is taken and the wait until a retry
-// may succeed is returned.
-func (l *Limiter) Take(node string, race bool, now time.Time) (bool, time.Duration) {
+// Take takes one action's worth at now for a pod of namespace on node: from
+// the cluster-wide cap within the namespace's fair share of it and, unless
+// race, from the node's bucket and the global bucket. When any is exhausted
+// nothing is taken, the namespace counts as waiting, and the wait until a
+// retry may succeed is returned.
+func (l *Limiter) Take(namespace, node string, race bool, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d := l.capWait(now); d > 0 {
-		return false, d
+	l.prune(now)
+	d := l.capWait(now)
+	if d == 0 {
+		d = l.shareWait(namespace, now)
 	}
-	if !race {
-		if ok, d := l.takeBuckets(node, now); !ok {
-			return false, d
+	if d == 0 && !race {
+		if ok, wait := l.takeBuckets(node, now); !ok {
+			d = wait
 		}
 	}
-	l.recent = append(l.recent, now)
+	if d > 0 {
+		l.waiting[namespace] = now
+		return false, d
+	}
+	delete(l.waiting, namespace)
+	l.recent = append(l.recent, capAction{at: now, namespace: namespace})
 	return true, 0
 }
 
-// capWait drops the actions older than capWindow and returns how long until
-// the cap has room (0: it has).
-func (l *Limiter) capWait(now time.Time) time.Duration {
+// prune drops the actions older than capWindow and the namespaces that have
+// not asked again for as long (their pods were repaired by other means, or
+// are gone).
+func (l *Limiter) prune(now time.Time) {
 	i := 0
-	for i < len(l.recent) && now.Sub(l.recent[i]) >= capWindow {
+	for i < len(l.recent) && now.Sub(l.recent[i].at) >= capWindow {
 		i++
 	}
 	l.recent = l.recent[i:]
+	for ns, t := range l.waiting {
+		if now.Sub(t) >= capWindow {
+			delete(l.waiting, ns)
+		}
+	}
+}
+
+// capWait returns how long until the cap has room (0: it has).
+func (l *Limiter) capWait(now time.Time) time.Duration {
 	if len(l.recent) < l.cap {
 		return 0
 	}
-	return l.recent[len(l.recent)-l.cap].Add(capWindow).Sub(now)
+	return l.recent[len(l.recent)-l.cap].at.Add(capWindow).Sub(now)
 }
 
 // takeBuckets takes one token from the node's bucket and one from the global
