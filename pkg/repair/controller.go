@@ -519,7 +519,12 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	// A started action is seen through even when the controller is being
 	// stopped: canceled in flight, it may still be applied by the API
 	// server while we record neither its Event nor its count.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actionTimeout)
+	deadline, ok := actionDeadline(ctx, time.Now())
+	if !ok {
+		logger.Info("Not acting: the lease was not renewed in time, another replica may lead now", "fence", deadline)
+		return nil
+	}
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	err := c.do(actx, pod)
 	cancel()
 	switch {

@@ -3,12 +3,14 @@ package repair
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/klog/v2"
 )
 
 // errLeaseLost is returned by Run when this replica lost its lease (renewal
@@ -24,13 +26,25 @@ var errLeadStopped = errors.New("controllers stopped while leading")
 // still reported healthy by the elector's watchdog.
 const healthTolerance = 20 * time.Second
 
+// leadStopTimeout bounds how long Run waits for the function run as leader
+// to return once its context ended (its actions are bounded by
+// actionTimeout); a function that takes longer leaves the Lease to expire
+// rather than be released under it.
+const leadStopTimeout = actionTimeout + 5*time.Second
+
 // electedRunner runs a function only while this replica holds a Lease and
 // sequences its end:
 //   - shutdown (ctx done): the function's context is canceled, Run waits for
-//     it to return, and only then is the lease released, so two replicas
-//     never act at once during a graceful hand-over;
-//   - lease lost: Check fails from that moment on, the function's context is
-//     canceled, Run waits for it and returns errLeaseLost;
+//     it to return (at most leadStopTimeout), and only then is the lease
+//     released, so two replicas never act at once during a graceful
+//     hand-over;
+//   - lease lost (renewal refused or impossible for the renew deadline):
+//     Check fails from that moment on, the function's context is canceled,
+//     Run waits for it and returns errLeaseLost. The lease is not released
+//     then (client-go's ReleaseOnCancel would release it as soon as renewal
+//     failed, while actions were still in flight): it expires on its own,
+//     and the function's actions are fenced (Fence) to end before any other
+//     replica can take it over;
 //   - the function returns on its own: the lease is released and Run returns
 //     its error.
 //
@@ -41,10 +55,23 @@ type electedRunner struct {
 	config   leaderelection.LeaderElectionConfig
 	watchdog *leaderelection.HealthzAdaptor
 	lost     atomic.Bool
+	lock     *renewClock
 }
 
 func newElectedRunner(config leaderelection.LeaderElectionConfig) *electedRunner {
-	return &electedRunner{config: config, watchdog: leaderelection.NewLeaderHealthzAdaptor(healthTolerance)}
+	lock := &renewClock{Interface: config.Lock}
+	config.Lock = lock
+	return &electedRunner{config: config, watchdog: leaderelection.NewLeaderHealthzAdaptor(healthTolerance), lock: lock}
+}
+
+// Fence is the time until which this replica may act as leader: when its
+// last renewal that got through was sent, plus the renew deadline and half
+// the margin between it and the lease duration. No other replica takes the
+// lease over before that write plus the lease duration; by the renew
+// deadline this one has given up leading.
+func (e *electedRunner) Fence() time.Time {
+	margin := (e.config.LeaseDuration - e.config.RenewDeadline) / 2
+	return e.lock.lastSent().Add(e.config.RenewDeadline + margin)
 }
 
 // Check is the liveness check: it fails once the lease was lost (until the
@@ -85,7 +112,7 @@ func (e *electedRunner) Run(ctx context.Context, lead func(context.Context) erro
 	defer stopShutdown()
 
 	cfg := e.config
-	cfg.ReleaseOnCancel = true
+	cfg.ReleaseOnCancel = false // released by Run once lead returned
 	cfg.WatchDog = e.watchdog
 	cfg.Callbacks = leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(lctx context.Context) {
@@ -115,7 +142,16 @@ func (e *electedRunner) Run(ctx context.Context, lead func(context.Context) erro
 		e.lost.Store(true)
 		return errLeaseLost
 	}
-	<-st.done
+	select {
+	case <-st.done:
+	case <-time.After(leadStopTimeout):
+		// Not released: it expires, and lead's actions are fenced.
+		e.lost.Store(ctx.Err() == nil)
+		return fmt.Errorf("the controllers did not stop within %s after leading ended", leadStopTimeout)
+	}
+	if ctx.Err() != nil || st.ownStop {
+		e.releaseLease(ctx)
+	}
 	switch {
 	case ctx.Err() != nil:
 		return st.err
@@ -141,7 +177,7 @@ func (e *electedRunner) lead(ctx, lctx context.Context, st *electedState, lead f
 	}
 	st.started = true
 	st.mu.Unlock()
-	cctx, cancel := context.WithCancel(context.WithoutCancel(lctx))
+	cctx, cancel := context.WithCancel(withFence(context.WithoutCancel(lctx), e.Fence))
 	defer cancel()
 	stopShutdown := context.AfterFunc(ctx, cancel)
 	defer stopShutdown()
@@ -158,4 +194,15 @@ func (e *electedRunner) lead(ctx, lctx context.Context, st *electedState, lead f
 	st.err, st.ownStop = err, own
 	st.mu.Unlock()
 	close(st.done)
+}
+
+// releaseLease gives the lease up once lead returned (shutdown, or lead
+// stopped on its own), bounded by the renew deadline; a failure leaves it
+// to expire.
+func (e *electedRunner) releaseLease(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.config.RenewDeadline)
+	defer cancel()
+	if err := e.lock.release(rctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Releasing the lease failed; it expires on its own", "lock", e.lock.Describe())
+	}
 }
