@@ -131,7 +131,7 @@ const (
 // the ones made before it chained consul-cni are dated just after its
 // readiness. Counting those would open the breaker on the race itself.
 func dateSandbox(pod *corev1.Pod, since time.Time, slack time.Duration) sandboxDating {
-	t, ok := SandboxTime(pod)
+	t, ok := currentSandboxTime(pod)
 	switch {
 	case !ok:
 		return sandboxUndated

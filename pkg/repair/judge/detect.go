@@ -228,9 +228,10 @@ func (d Detector) signalB(pod *corev1.Pod, now time.Time) (Verdict, bool) {
 }
 
 // signalA: the status is still enabled/waiting although the latest sandbox
-// exists, for at least MinPodAge.
+// exists, for at least MinPodAge (waiting: since it was written, see
+// currentSandboxTime).
 func (d Detector) signalA(pod *corev1.Pod, now time.Time) Verdict {
-	sandbox, ok := SandboxTime(pod)
+	sandbox, ok := currentSandboxTime(pod)
 	if !ok {
 		return Verdict{Ignored: "no sandbox yet"}
 	}

@@ -85,6 +85,8 @@ func TestCountedByBreakerSandboxRecreated(t *testing.T) {
 		{"sandbox being recreated", recreated(judgetest.SandboxDown(-5 * time.Second)), false},
 		{"complete, not recreated, sandbox after", judgetest.Pod(judgetest.WithStatus(annotations.TProxyStatusComplete), judgetest.AppliedAt(-time.Minute), judgetest.SandboxAt(-time.Minute)), true},
 		{"finished", recreated(judgetest.SandboxAt(-time.Minute), judgetest.InPhase(corev1.PodFailed)), false},
+		{"waiting written by an ADD after readiness, the condition still dating a sandbox before it", judgetest.Pod(judgetest.WithStatus(annotations.TProxyStatusWaiting), judgetest.SandboxAt(ready-time.Hour), judgetest.StatusWritten("consul-cni", -time.Minute)), true},
+		{"waiting written before readiness, sandbox before it", judgetest.Pod(judgetest.WithStatus(annotations.TProxyStatusWaiting), judgetest.SandboxAt(ready-time.Minute), judgetest.StatusWritten("consul-cni", ready-2*time.Minute)), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

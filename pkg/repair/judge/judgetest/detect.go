@@ -139,6 +139,8 @@ func bySignal() []DetectCase {
 
 		// --- the latest sandbox decides (signal A) ---
 		{Name: "A: waiting, new sandbox being set up, old IP and container starts kept", Pod: Pod(WithStatus("waiting"), SandboxDown(-5*time.Second), StartedApp(-time.Hour), func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.7" })},
+		{Name: "A: waiting written 10s ago by a new ADD, the condition still dates the old sandbox", Pod: Pod(WithStatus("waiting"), SandboxAt(-time.Hour), StartedApp(-time.Hour), StatusWritten("consul-cni", -10*time.Second)), Recheck: T0.Add(20 * time.Second)},
+		{Name: "A: waiting written before the sandbox: the sandbox dates it", Pod: Pod(WithStatus("waiting"), SandboxAt(-10*time.Second), StatusWritten("consul-cni", -time.Hour)), Recheck: T0.Add(20 * time.Second)},
 		{Name: "A: latest sandbox 10s old, containers of the earlier one started 1h ago", Pod: Pod(WithStatus("waiting"), SandboxAt(-10*time.Second), StartedApp(-time.Hour)), Recheck: T0.Add(20 * time.Second)},
 
 		// --- signal C: complete, cni-applied-at against the latest sandbox ---
@@ -164,6 +166,8 @@ func bySignal() []DetectCase {
 		// --- Broken: signal A ---
 		{Name: "A: enabled, latest sandbox 31s old, containers of an earlier one", Pod: Pod(SandboxAt(-31*time.Second), StartedApp(-time.Hour)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-time.Second)},
 		{Name: "A: enabled, sandbox ready 31s ago", Pod: Pod(SandboxAt(-31 * time.Second)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-time.Second)},
+		{Name: "A: waiting written 31s ago, the condition still dates the old sandbox", Pod: Pod(WithStatus("waiting"), SandboxAt(-time.Hour), StatusWritten("consul-cni", -31*time.Second)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-time.Second)},
+		{Name: "A: enabled ages from the sandbox whatever wrote the status", Pod: Pod(SandboxAt(-time.Hour), StatusWritten("kubectl-annotate", -10*time.Second)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-time.Hour + 30*time.Second)},
 		{Name: "A: waiting, sandbox exactly min age", Pod: Pod(WithStatus("waiting"), SandboxAt(-30*time.Second)), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0},
 		{Name: "A: pod IP only, start time 1m ago", Pod: Pod(func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.9"; st := At(-time.Minute); p.Status.StartTime = &st }), Broken: true, Reason: judge.ReasonTProxyStatusStuck, Since: T0.Add(-30 * time.Second)},
 		{Name: "A: a container running for 1m, no condition", Pod: Pod(func(p *corev1.Pod) {
