@@ -360,7 +360,7 @@ func benchBurst(b *testing.B, n int) {
 		// The watch can see an eviction before the controller's call
 		// returns and is counted.
 		poll.Eventually(b, waitTimeout, "the controller to count every eviction", func() (bool, error) {
-			got := p.metric(`consul_cni_repair_pods_repaired_total{action="evict",dry_run="false",namespace="` + ns + `",reason="init_check_failed",result="success"}`)
+			got := p.metric(`consul_cni_repair_pod_repairs_total{action="evict",namespace="` + ns + `",reason="init_check_failed"}`)
 			if got > float64(n) {
 				return false, fmt.Errorf("controller counted %v evictions for %d pods", got, n)
 			}

@@ -510,7 +510,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	}
 	if c.cfg.DryRun {
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultSuccess, string(v.Reason), metrics.DryRunTrue).Inc()
+		c.metrics.DryRunRepairs.WithLabelValues(pod.Namespace, action, string(v.Reason)).Inc()
 		logger.Info("Dry run: would repair pod", "action", action, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, EventWouldRepair,
 			"Dry run: would %s this pod (owner %s): it runs outside the mesh: %s", action, ownerDesc, v.Detail)
@@ -530,7 +530,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	switch {
 	case err == nil:
 		c.markActed(st)
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultSuccess, string(v.Reason), metrics.DryRunFalse).Inc()
+		c.metrics.Repairs.WithLabelValues(pod.Namespace, action, string(v.Reason)).Inc()
 		c.metrics.Latency.WithLabelValues(action).Observe(c.now().Sub(st.firstBroken).Seconds())
 		logger.Info("Repaired pod that bypassed the CNI plugin", "action", action, "owner", ownerDesc, "detail", v.Detail)
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, EventBypassedCNI, "%s: pod runs outside the mesh (%s); %s",
@@ -544,7 +544,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		logger.V(2).Info("Pod changed before the action; re-examining", "err", err)
 		return nil
 	case c.cfg.Action == judge.ActionEvict && apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultPDBBlocked, string(v.Reason), metrics.DryRunFalse).Inc()
+		c.metrics.RepairFailures.WithLabelValues(pod.Namespace, action, string(v.Reason), metrics.CausePDBBlocked).Inc()
 		c.mu.Lock()
 		first := !st.blocked
 		st.blocked = true
@@ -555,7 +555,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 		}
 		return &retryError{msg: "eviction blocked by a PodDisruptionBudget"}
 	default:
-		c.metrics.Repaired.WithLabelValues(pod.Namespace, action, metrics.ResultFailure, string(v.Reason), metrics.DryRunFalse).Inc()
+		c.metrics.RepairFailures.WithLabelValues(pod.Namespace, action, string(v.Reason), metrics.CauseError).Inc()
 		return fmt.Errorf("%s pod %s/%s: %w", action, pod.Namespace, pod.Name, err)
 	}
 }

@@ -130,7 +130,7 @@ func brokenB(opts ...judgetest.PodOpt) *corev1.Pod {
 }
 
 func repaired(m *Metrics, action, result string, reason judge.Reason, dry string) float64 {
-	return testutil.ToFloat64(m.Repaired.WithLabelValues("app", action, result, string(reason), dry))
+	return m.Outcome("app", action, result, reason, dry)
 }
 
 func skipped(m *Metrics, reason string) float64 {
@@ -428,7 +428,7 @@ func TestPDBBlockedEvictionRetriesWithBackoff(t *testing.T) {
 			t.Fatalf("attempt %d: want a retry error, got %v", i, err)
 		}
 	}
-	if got := repaired(h.metrics, "evict", metrics.ResultPDBBlocked, judge.ReasonInitCheckFailed, "false"); got != 3 {
+	if got := repaired(h.metrics, "evict", metrics.CausePDBBlocked, judge.ReasonInitCheckFailed, "false"); got != 3 {
 		t.Fatalf("pdb_blocked = %v", got)
 	}
 	if evs := h.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+EventEvictionBlocked) {
@@ -478,7 +478,7 @@ func TestConflictAndOtherErrors(t *testing.T) {
 	if err := h.sync(key); err == nil {
 		t.Fatal("internal error: want an error to retry")
 	}
-	if got := repaired(h.metrics, "evict", metrics.ResultFailure, judge.ReasonInitCheckFailed, "false"); got != 1 {
+	if got := repaired(h.metrics, "evict", metrics.CauseError, judge.ReasonInitCheckFailed, "false"); got != 1 {
 		t.Fatalf("failure = %v", got)
 	}
 	// Throttling 429 without a disruption-budget cause is a failure, not pdb_blocked.
@@ -486,7 +486,7 @@ func TestConflictAndOtherErrors(t *testing.T) {
 	if err := h.sync(key); err == nil {
 		t.Fatal("429: want an error")
 	}
-	if got := repaired(h.metrics, "evict", metrics.ResultPDBBlocked, judge.ReasonInitCheckFailed, "false"); got != 0 {
+	if got := repaired(h.metrics, "evict", metrics.CausePDBBlocked, judge.ReasonInitCheckFailed, "false"); got != 0 {
 		t.Fatalf("throttling counted as pdb_blocked")
 	}
 	next = nil
@@ -747,7 +747,9 @@ consul_cni_repair_nodes{cni_ready="true"} 1
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	h.metrics.Repaired.WithLabelValues("a", "evict", "success", "x", "false")
+	h.metrics.Repairs.WithLabelValues("a", "evict", "x")
+	h.metrics.RepairFailures.WithLabelValues("a", "evict", "x", "error")
+	h.metrics.DryRunRepairs.WithLabelValues("a", "evict", "x")
 	h.metrics.Skipped.WithLabelValues("x")
 	h.metrics.Latency.WithLabelValues("evict")
 	h.metrics.NodeReadinessChanges.WithLabelValues("label_added", "success")
@@ -755,7 +757,7 @@ consul_cni_repair_nodes{cni_ready="true"} 1
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"pods_repaired_total", "broken_pods", "skipped_total", "detection_to_action_seconds", "circuit_breaker_open_nodes",
+	for _, n := range []string{"pod_repairs_total", "pod_repair_failures_total", "dry_run_pod_repairs_total", "dry_run", "broken_pods", "skipped_total", "detection_to_action_seconds", "circuit_breaker_open_nodes",
 		"nodes", "node_readiness_changes_total", "leader", "build_info"} {
 		if !names[metrics.Prefix+n] {
 			t.Errorf("metric %s%s not registered", metrics.Prefix, n)

@@ -68,7 +68,7 @@ func replaced(t *testing.T, client kubernetes.Interface, ns, app string, old typ
 }
 
 func repairedTotal(m *repair.Manager, ns, action, result string, reason judge.Reason, dry string) float64 {
-	return testutil.ToFloat64(m.Metrics.Repaired.WithLabelValues(ns, action, result, string(reason), dry))
+	return m.Metrics.Outcome(ns, action, result, reason, dry)
 }
 
 // Broken pods of a ReplicaSet are evicted (as the controller's
@@ -102,12 +102,12 @@ func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
 		t.Fatalf("healthy pod touched: %v %+v", err, got.ObjectMeta)
 	}
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 2 {
-		t.Fatalf("pods_repaired_total = %v, want 2", n)
+		t.Fatalf("pod_repairs_total = %v, want 2", n)
 	}
 	// The replacements (not broken yet: no sandbox) are left alone.
 	time.Sleep(2 * time.Second)
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 2 {
-		t.Fatalf("pods_repaired_total = %v after replacement, want 2", n)
+		t.Fatalf("pod_repairs_total = %v after replacement, want 2", n)
 	}
 }
 
@@ -142,7 +142,7 @@ func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 	r := startController(t, c, ns, nil)
 
 	poll.Eventually(t, waitTimeout, "eviction blocked by the PDB", func() (bool, error) {
-		return repairedTotal(r.m, ns, "evict", metrics.ResultPDBBlocked, judge.ReasonTProxyStatusStuck, "false") >= 2, nil
+		return repairedTotal(r.m, ns, "evict", metrics.CausePDBBlocked, judge.ReasonTProxyStatusStuck, "false") >= 2, nil
 	})
 	if len(events(t, c.Client, ns, pods[0].UID, repair.EventEvictionBlocked)) == 0 {
 		t.Error("no EvictionBlocked event")
@@ -258,7 +258,7 @@ func TestIntegrationLabelPatchPreconditions(t *testing.T) {
 	}
 }
 
-// Dry run: Normal WouldRepair Events and dry_run="true" counts, nothing else.
+// Dry run: Normal WouldRepair Events and dry_run_pod_repairs_total counts, nothing else.
 func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
@@ -285,7 +285,7 @@ func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 		}
 	}
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "true"); n != 2 {
-		t.Fatalf("dry_run=true count = %v", n)
+		t.Fatalf("dry_run_pod_repairs_total = %v", n)
 	}
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 0 {
 		t.Fatalf("real count = %v", n)

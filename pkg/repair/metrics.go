@@ -18,7 +18,10 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Repaired             *prometheus.CounterVec
+	Repairs              *prometheus.CounterVec
+	RepairFailures       *prometheus.CounterVec
+	DryRunRepairs        *prometheus.CounterVec
+	DryRun               prometheus.Gauge
 	Skipped              *prometheus.CounterVec
 	Latency              *prometheus.HistogramVec
 	BreakerOpenNodes     prometheus.GaugeFunc
@@ -46,10 +49,22 @@ func newMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
-		Repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.PodsRepaired,
-			Help: "Actions taken (or, with dry_run=\"true\", that would have been taken) on pods that bypassed the CNI plugin.",
-		}, []string{metrics.LabelNamespace, metrics.LabelAction, metrics.LabelResult, metrics.LabelReason, metrics.LabelDryRun}),
+		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.PodRepairs,
+			Help: "Pods that bypassed the CNI plugin and were acted on: the API server carried out the action (evict, delete, label).",
+		}, []string{metrics.LabelNamespace, metrics.LabelAction, metrics.LabelReason}),
+		RepairFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.PodRepairFailures,
+			Help: "Actions on pods that bypassed the CNI plugin that did not happen, by cause (error: refused or failed; pdb_blocked: an eviction a PodDisruptionBudget forbade, retried).",
+		}, []string{metrics.LabelNamespace, metrics.LabelAction, metrics.LabelReason, metrics.LabelCause}),
+		DryRunRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.DryRunPodRepairs,
+			Help: "Pods that bypassed the CNI plugin and would have been acted on: audit mode (--dry-run) decided and changed nothing.",
+		}, []string{metrics.LabelNamespace, metrics.LabelAction, metrics.LabelReason}),
+		DryRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.DryRun,
+			Help: "1 while this controller runs in audit mode (--dry-run): it reports broken pods and acts on none.",
+		}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.Skipped,
 			Help: "Broken pods left alone, counted once per pod and reason.",
@@ -86,7 +101,7 @@ func newMetrics() *Metrics {
 	}
 	m.BuildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
 	m.Workqueue = newWorkqueueMetrics(reg)
-	reg.MustRegister(m.Repaired, m.Skipped, m.Latency, m.NodeReadinessChanges, m.Leader, m.MissingRights, m.BuildInfo, m.stateCollector,
+	reg.MustRegister(m.Repairs, m.RepairFailures, m.DryRunRepairs, m.DryRun, m.Skipped, m.Latency, m.NodeReadinessChanges, m.Leader, m.MissingRights, m.BuildInfo, m.stateCollector,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -98,6 +113,11 @@ func (m *Metrics) initCounters(cfg Config) {
 	m.mu.Lock()
 	m.action, m.dryRun = cfg.Action, cfg.DryRun
 	m.mu.Unlock()
+	if cfg.DryRun {
+		m.DryRun.Set(1)
+	} else {
+		m.DryRun.Set(0)
+	}
 	for _, r := range metrics.AllSkipReasons {
 		m.Skipped.WithLabelValues(r)
 	}
@@ -111,9 +131,10 @@ func (m *Metrics) initCounters(cfg Config) {
 	}
 }
 
-// knowNamespace creates at 0 the pods_repaired_total series of namespace ns
-// for the configured action and dry run: every result it can count and every
-// reason. It is called when an injected transparent-proxy pod of ns is first
+// knowNamespace creates at 0 the series of namespace ns that count actions
+// of the configured kind and dry run: with dry run dry_run_pod_repairs_total,
+// otherwise pod_repairs_total and pod_repair_failures_total (every cause the
+// action can meet), each for every reason. It is called when an injected transparent-proxy pod of ns is first
 // seen, before any pod of ns can be acted on.
 func (m *Metrics) knowNamespace(ns string) {
 	m.mu.Lock()
@@ -122,9 +143,15 @@ func (m *Metrics) knowNamespace(ns string) {
 		return
 	}
 	m.namespaces[ns] = true
-	for _, res := range metrics.RepairResults(m.action, m.dryRun) {
-		for _, r := range judge.AllReasons {
-			m.Repaired.WithLabelValues(ns, string(m.action), res, string(r), metrics.DryRunLabel(m.dryRun))
+	action := string(m.action)
+	for _, r := range judge.AllReasons {
+		if m.dryRun {
+			m.DryRunRepairs.WithLabelValues(ns, action, string(r))
+			continue
+		}
+		m.Repairs.WithLabelValues(ns, action, string(r))
+		for _, cause := range metrics.FailureCauses(m.action) {
+			m.RepairFailures.WithLabelValues(ns, action, string(r), cause)
 		}
 	}
 }

@@ -53,41 +53,63 @@ func value(m *dto.Metric) float64 {
 	return -1
 }
 
-// repairedSeries lists the pods_repaired_total series of a namespace, one
-// per result and reason; results gives the value of the init_check_failed
-// series (the others are 0).
-func repairedSeries(ns, action, dry string, results map[string]float64) []string {
-	var out []string
-	for res, v := range results {
+// repairedSeries lists the action-counting series of a namespace, one per
+// reason (and, for failures, per cause), sorted by family; done is the value
+// of the init_check_failed series of pod_repairs_total (or, with dry run, of
+// dry_run_pod_repairs_total), every other series is 0.
+func repairedSeries(ns string, action judge.Action, dry bool, done float64) map[string][]string {
+	out := map[string][]string{}
+	for _, fam := range metrics.RepairFamilies(dry) {
 		for _, r := range judge.AllReasons {
 			val := 0.0
 			if r == judge.ReasonInitCheckFailed {
-				val = v
+				val = done
 			}
-			out = append(out, fmt.Sprintf("{action=%s,dry_run=%s,namespace=%s,reason=%s,result=%s}=%v", action, dry, ns, r, res, val))
+			if fam != metrics.PodRepairFailures {
+				out[fam] = append(out[fam], fmt.Sprintf("{action=%s,namespace=%s,reason=%s}=%v", action, ns, r, val))
+				continue
+			}
+			for _, cause := range metrics.FailureCauses(action) {
+				out[fam] = append(out[fam], fmt.Sprintf("{action=%s,cause=%s,namespace=%s,reason=%s}=0", action, cause, ns, r))
+			}
+		}
+		sort.Strings(out[fam])
+	}
+	return out
+}
+
+// repairFamilies are the three families that count actions by outcome.
+var repairFamilies = []string{metrics.PodRepairs, metrics.PodRepairFailures, metrics.DryRunPodRepairs}
+
+// checkRepairSeries compares each outcome family of the registry with want
+// (a family missing from want must have no series).
+func checkRepairSeries(t *testing.T, reg prometheus.Gatherer, when string, want map[string][]string) {
+	t.Helper()
+	for _, fam := range repairFamilies {
+		if got := series(t, reg, fam); !equal(got, want[fam]) {
+			t.Errorf("%s %s:\n got %v\nwant %v", fam, when, got, want[fam])
 		}
 	}
-	sort.Strings(out)
-	return out
 }
 
 // TestCountersBornAtZero: every counter series exists at 0 before its first
 // increment, so that Prometheus' increase() sees the first event: the
-// configuration's series from the start, a namespace's pods_repaired_total
-// series (the configured action, each result it can count, each reason) as
-// soon as an injected transparent-proxy pod of that namespace is seen.
+// configuration's series from the start, a namespace's series of the
+// outcomes its configuration can count (a real action: done and failed by
+// each cause the action can meet; a dry run: decided only) for every reason
+// as soon as an injected transparent-proxy pod of that namespace is seen.
+// The dry_run gauge tells audit mode from acting.
 func TestCountersBornAtZero(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		mutate  func(*Config)
-		action  string
-		dry     string
-		results []string
+		name   string
+		mutate func(*Config)
+		action judge.Action
+		dry    bool
 	}{
-		{"evict", nil, "evict", "false", []string{metrics.ResultSuccess, metrics.ResultFailure, metrics.ResultPDBBlocked}},
-		{"delete", func(c *Config) { c.Action = judge.ActionDelete }, "delete", "false", []string{metrics.ResultSuccess, metrics.ResultFailure}},
-		{"label", func(c *Config) { c.Action = judge.ActionLabel }, "label", "false", []string{metrics.ResultSuccess, metrics.ResultFailure}},
-		{"dry run", func(c *Config) { c.DryRun = true }, "evict", "true", []string{metrics.ResultSuccess}},
+		{"evict", nil, judge.ActionEvict, false},
+		{"delete", func(c *Config) { c.Action = judge.ActionDelete }, judge.ActionDelete, false},
+		{"label", func(c *Config) { c.Action = judge.ActionLabel }, judge.ActionLabel, false},
+		{"dry run", func(c *Config) { c.DryRun = true }, judge.ActionEvict, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.mutate, readyNode("n1"))
@@ -95,7 +117,7 @@ func TestCountersBornAtZero(t *testing.T) {
 			reg := h.metrics.Registry
 
 			// From the start: skipped_total for every reason, the latency
-			// histogram of the action, node readiness changes.
+			// histogram of the action, node readiness changes, dry_run.
 			var wantSkipped []string
 			for _, r := range metrics.AllSkipReasons {
 				wantSkipped = append(wantSkipped, fmt.Sprintf("{reason=%s}=0", r))
@@ -110,9 +132,10 @@ func TestCountersBornAtZero(t *testing.T) {
 			if got := series(t, reg, metrics.NodeReadinessChanges); len(got) != len(metrics.AllChanges)*len(metrics.AllResults) {
 				t.Errorf("node_readiness_changes_total at start: %v, want every change and result at 0", got)
 			}
-			if got := series(t, reg, metrics.PodsRepaired); len(got) != 0 {
-				t.Errorf("pods_repaired_total before any pod was seen: %v", got)
+			if got, want := series(t, reg, metrics.DryRun), []string{fmt.Sprintf("{}=%v", map[bool]int{true: 1}[tc.dry])}; !equal(got, want) {
+				t.Errorf("dry_run = %v, want %v", got, want)
 			}
+			checkRepairSeries(t, reg, "before any pod was seen", nil)
 
 			// An injected pod that is not transparent-proxy: nothing to
 			// repair in its namespace, no series.
@@ -125,22 +148,17 @@ func TestCountersBornAtZero(t *testing.T) {
 			healthy := judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour))
 			h.addPod(healthy)
 			h.c.enqueuePod(healthy)
-			zero := map[string]float64{}
-			for _, r := range tc.results {
-				zero[r] = 0
-			}
-			if got, want := series(t, reg, metrics.PodsRepaired), repairedSeries("app", tc.action, tc.dry, zero); !equal(got, want) {
-				t.Fatalf("pods_repaired_total once a pod of namespace app was seen:\n got %v\nwant %v", got, want)
+			checkRepairSeries(t, reg, "once a pod of namespace app was seen", repairedSeries("app", tc.action, tc.dry, 0))
+			if t.Failed() {
+				t.FailNow()
 			}
 
-			// The first action counts 1 on a series that was at 0.
+			// The first action counts 1 on a series that was at 0, in the
+			// family of its outcome only.
 			if err := h.sync(h.addPod(brokenB())); err != nil {
 				t.Fatal(err)
 			}
-			zero[metrics.ResultSuccess] = 1
-			if got, want := series(t, reg, metrics.PodsRepaired), repairedSeries("app", tc.action, tc.dry, zero); !equal(got, want) {
-				t.Errorf("pods_repaired_total after the first action:\n got %v\nwant %v", got, want)
-			}
+			checkRepairSeries(t, reg, "after the first action", repairedSeries("app", tc.action, tc.dry, 1))
 		})
 	}
 }

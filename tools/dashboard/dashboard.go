@@ -65,9 +65,9 @@ func Build() (dashboard.Dashboard, error) {
 			Label("Namespace").
 			Description("Namespaces holding injected transparent-proxy pods").
 			Datasource(datasource).
-			Definition(fmt.Sprintf("label_values(%s, %s)", metrics.PodsRepaired, metrics.LabelNamespace)).
+			Definition(fmt.Sprintf("label_values(%s, %s)", metrics.BrokenPods, metrics.LabelNamespace)).
 			Query(dashboard.StringOrMap{Map: map[string]any{
-				"query": fmt.Sprintf("label_values(%s, %s)", metrics.PodsRepaired, metrics.LabelNamespace), "refId": "namespace",
+				"query": fmt.Sprintf("label_values(%s, %s)", metrics.BrokenPods, metrics.LabelNamespace), "refId": "namespace",
 			}}).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 			Sort(dashboard.VariableSortAlphabeticalAsc).
@@ -127,21 +127,20 @@ func seriesPanel(title, desc, unit string, w uint32, targets ...cog.Builder[vari
 	return idPanel{t, func(id uint32) { t.Id(id) }}
 }
 
-// repaired selects pods_repaired_total with extra matchers and the
-// namespace variable.
-func repaired(matchers string) string {
+// inNS selects metric with extra matchers and the namespace variable.
+func inNS(metric, matchers string) string {
 	if matchers != "" {
 		matchers += ", "
 	}
-	return fmt.Sprintf("%s{%s%s}", metrics.PodsRepaired, matchers, nsVar)
+	return fmt.Sprintf("%s{%s%s}", metric, matchers, nsVar)
 }
 
 func overview() []idPanel {
 	return []idPanel{
 		statPanel("Pods repaired", "Injected pods found outside the mesh and acted on (evicted, deleted or labelled) in the selected time range.",
-			fmt.Sprintf(`sum(increase(%s[$__range]))`, repaired(`result="success", dry_run="false"`))),
+			fmt.Sprintf(`sum(increase(%s[$__range]))`, inNS(metrics.PodRepairs, ""))),
 		statPanel("Would repair (dry-run)", "Pods the controller would have acted on in audit mode (--dry-run) in the selected time range.",
-			fmt.Sprintf(`sum(increase(%s[$__range]))`, repaired(`result="success", dry_run="true"`))),
+			fmt.Sprintf(`sum(increase(%s[$__range]))`, inNS(metrics.DryRunPodRepairs, ""))),
 		statPanel("Broken pods now", "Injected pods currently detected running without transparent-proxy redirection (both replicas report them: max, not sum).",
 			fmt.Sprintf(`sum(max by (namespace, reason) (%s{%s}))`, metrics.BrokenPods, nsVar)),
 		statPanel("Nodes CNI ready", "Nodes labelled consul.hashicorp.com/cni=ready (their consul-cni installer pod is Ready).",
@@ -156,12 +155,16 @@ func overview() []idPanel {
 func repairs() []idPanel {
 	lat := metrics.Latency
 	return []idPanel{
-		seriesPanel("Repaired pods by action and result", "Actions taken per interval, by action (evict, delete, label), result (success, failure, pdb_blocked) and dry run.", "short", 12,
-			query("A", fmt.Sprintf(`sum by (action, result, dry_run) (increase(%s[$__rate_interval]))`, repaired("")), "{{action}} {{result}} dry_run={{dry_run}}")),
-		seriesPanel("Repaired pods by reason", "Actions per interval by detection signal: tproxy_status_stuck (status annotation never became complete), init_check_failed (the init-container check exited with the watched code), sandbox_recreated (the sandbox was made again after cni-applied-at, without consul-cni) or verified_unredirected (the node verifier found no rules in the sandbox).", "short", 12,
-			query("A", fmt.Sprintf(`sum by (reason, dry_run) (increase(%s[$__rate_interval]))`, repaired("")), "{{reason}} dry_run={{dry_run}}")),
-		seriesPanel("Repaired pods by namespace", "Actions per interval by the namespace of the repaired pods.", "short", 12,
-			query("A", fmt.Sprintf(`sum by (namespace) (increase(%s[$__rate_interval]))`, repaired("")), "{{namespace}}")),
+		seriesPanel("Repaired pods by action", "Pods acted on per interval (the API server carried the action out), by action (evict, delete, label).", "short", 12,
+			query("A", fmt.Sprintf(`sum by (action) (increase(%s[$__rate_interval]))`, inNS(metrics.PodRepairs, "")), "{{action}}")),
+		seriesPanel("Failed actions by cause", "Actions that did not happen per interval, by action and cause: error (refused or failed) or pdb_blocked (an eviction a PodDisruptionBudget forbade; retried, so one pod can count several times).", "short", 12,
+			query("A", fmt.Sprintf(`sum by (action, cause) (increase(%s[$__rate_interval]))`, inNS(metrics.PodRepairFailures, "")), "{{action}} {{cause}}")),
+		seriesPanel("Repaired pods by reason", "Pods acted on per interval by detection signal: tproxy_status_stuck (status annotation never became complete), init_check_failed (the init-container check exited with the watched code), sandbox_recreated (the sandbox was made again after cni-applied-at, without consul-cni) or verified_unredirected (the node verifier found no rules in the sandbox).", "short", 12,
+			query("A", fmt.Sprintf(`sum by (reason) (increase(%s[$__rate_interval]))`, inNS(metrics.PodRepairs, "")), "{{reason}}")),
+		seriesPanel("Would repair (dry-run) by reason", "Pods audit mode (--dry-run) would have acted on per interval, by detection signal; nothing was changed.", "short", 12,
+			query("A", fmt.Sprintf(`sum by (reason) (increase(%s[$__rate_interval]))`, inNS(metrics.DryRunPodRepairs, "")), "{{reason}}")),
+		seriesPanel("Repaired pods by namespace", "Pods acted on per interval by their namespace.", "short", 12,
+			query("A", fmt.Sprintf(`sum by (namespace) (increase(%s[$__rate_interval]))`, inNS(metrics.PodRepairs, "")), "{{namespace}}")),
 		seriesPanel("Currently broken pods by namespace", "Injected pods detected outside the mesh, by namespace and signal. They fall back to zero as the controller repairs them.", "short", 12,
 			query("A", fmt.Sprintf(`max by (namespace, reason) (%s{%s})`, metrics.BrokenPods, nsVar), "{{namespace}} {{reason}}")),
 		seriesPanel("Detection-to-action latency", "Time from a pod first seen broken by the controller to its successful action.", "s", 12,

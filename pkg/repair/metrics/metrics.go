@@ -6,8 +6,13 @@
 // renamed metric or value breaks them at compile time instead of leaving a
 // silent alert or an empty panel.
 //
-// The reason label of pods_repaired_total and broken_pods takes the values of
-// judge.Reason (judge.AllReasons); the action label, those of judge.Action.
+// What the controller did to pods is counted by outcome, each outcome a
+// metric of its own: pod_repairs_total (actions the API server carried out),
+// pod_repair_failures_total (actions refused or failed, by cause) and
+// dry_run_pod_repairs_total (actions audit mode decided on and did not take).
+// A sum over a family never mixes them. The reason label of these and of
+// broken_pods takes the values of judge.Reason (judge.AllReasons); the action
+// label, those of judge.Action.
 package metrics
 
 import "github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
@@ -17,9 +22,13 @@ const Prefix = "consul_cni_repair_"
 
 // Values of the metrics' labels.
 const (
-	ResultSuccess    = "success"
-	ResultFailure    = "failure"
-	ResultPDBBlocked = "pdb_blocked"
+	ResultSuccess = "success"
+	ResultFailure = "failure"
+
+	// CauseError: the API server refused or failed the action.
+	CauseError = "error"
+	// CausePDBBlocked: a PodDisruptionBudget forbade the eviction now.
+	CausePDBBlocked = "pdb_blocked"
 
 	SkipBarePod      = "bare_pod"
 	SkipGateClosed   = "gate_closed"
@@ -32,8 +41,6 @@ const (
 	ChangeTaintRemoved = "taint_removed"
 	ChangeTaintAdded   = "taint_added"
 
-	DryRunTrue  = "true"
-	DryRunFalse = "false"
 	// ChangeReadySinceAdded: the ready-since annotation was added to a node
 	// already labelled ready (one labelled before it existed).
 	ChangeReadySinceAdded = "ready_since_added"
@@ -45,7 +52,10 @@ const (
 
 // Metric names (Prefix included) that alerts and the dashboard use.
 const (
-	PodsRepaired         = Prefix + "pods_repaired_total"
+	PodRepairs           = Prefix + "pod_repairs_total"
+	PodRepairFailures    = Prefix + "pod_repair_failures_total"
+	DryRunPodRepairs     = Prefix + "dry_run_pod_repairs_total"
+	DryRun               = Prefix + "dry_run"
 	BrokenPods           = Prefix + "broken_pods"
 	Skipped              = Prefix + "skipped_total"
 	Latency              = Prefix + "detection_to_action_seconds"
@@ -63,7 +73,7 @@ const (
 	LabelAction    = "action"
 	LabelResult    = "result"
 	LabelReason    = "reason"
-	LabelDryRun    = "dry_run"
+	LabelCause     = "cause"
 	LabelChange    = "change"
 	LabelCNIReady  = "cni_ready"
 	LabelVerb      = "verb"
@@ -79,23 +89,21 @@ var (
 	AllResults     = []string{ResultSuccess, ResultFailure}
 )
 
-// RepairResults lists the results pods_repaired_total can count for an
-// action: a dry run only decides (success); an eviction may also be blocked
-// by a PodDisruptionBudget.
-func RepairResults(action judge.Action, dryRun bool) []string {
-	switch {
-	case dryRun:
-		return []string{ResultSuccess}
-	case action == judge.ActionEvict:
-		return []string{ResultSuccess, ResultFailure, ResultPDBBlocked}
+// FailureCauses lists the causes pod_repair_failures_total can count for
+// an action: an eviction may also be blocked by a PodDisruptionBudget.
+func FailureCauses(action judge.Action) []string {
+	if action == judge.ActionEvict {
+		return []string{CauseError, CausePDBBlocked}
 	}
-	return []string{ResultSuccess, ResultFailure}
+	return []string{CauseError}
 }
 
-// DryRunLabel is the dry_run label value of a configuration.
-func DryRunLabel(dryRun bool) string {
+// RepairFamilies lists the action-counting metrics a configuration exports:
+// with dry run only dry_run_pod_repairs_total, otherwise pod_repairs_total
+// and pod_repair_failures_total.
+func RepairFamilies(dryRun bool) []string {
 	if dryRun {
-		return DryRunTrue
+		return []string{DryRunPodRepairs}
 	}
-	return DryRunFalse
+	return []string{PodRepairs, PodRepairFailures}
 }

@@ -176,7 +176,7 @@ type Result struct {
 	// were not all meshed at the end.
 	SecondsToAllMeshed *float64 `json:"seconds_to_all_meshed"`
 	// Actions is the number of pods the repair controller evicted or
-	// deleted (its consul_cni_repair_pods_repaired_total, successes).
+	// deleted (its consul_cni_repair_pod_repairs_total).
 	Actions int `json:"actions"`
 	// PodsSeen counts every pod that existed during the run.
 	PodsSeen int `json:"pods_seen"`
@@ -863,11 +863,11 @@ func (r *runner) actions() int {
 // actionsFor reads the controller's successful repairs with reason (any
 // reason when empty) from its metrics.
 func (r *runner) actionsFor(reason judge.Reason) (int, error) {
-	match := []string{metrics.LabelResult + `="` + metrics.ResultSuccess + `"`, metrics.LabelDryRun + `="false"`}
+	var match []string
 	if reason != "" {
 		match = append(match, metrics.LabelReason+`="`+string(reason)+`"`)
 	}
-	n, err := r.metricSum(metrics.PodsRepaired, match...)
+	n, err := r.metricSum(metrics.PodRepairs, match...)
 	return int(n), err
 }
 

@@ -474,7 +474,7 @@ func TestControllerUnderManifests(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{"dry_run": "true", "namespace": ns}) < 1 {
+					if counterSum(fams[metrics.DryRunPodRepairs], map[string]string{"namespace": ns}) < 1 {
 						return fmt.Errorf("no dry-run decision counted yet")
 					}
 				}
@@ -522,8 +522,8 @@ func TestControllerUnderManifests(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{"namespace": ns}) < 1 {
-					return fmt.Errorf("consul_cni_repair_pods_repaired_total counts nothing for %s", ns)
+				if outcomes(fams, ns) < 1 {
+					return fmt.Errorf("neither %s nor %s counts anything for %s", metrics.PodRepairs, metrics.DryRunPodRepairs, ns)
 				}
 				if counterSum(fams["consul_cni_repair_skipped_total"], map[string]string{"reason": "bare_pod"}) < 1 {
 					return fmt.Errorf("the bare pod was not counted as skipped (reason bare_pod)")
@@ -561,23 +561,22 @@ func TestControllerUnderManifests(t *testing.T) {
 			if ov == "audit" {
 				nodeDone = "left as it was (WouldMarkCNIReady)"
 			}
-			t.Logf("%s: node %s %s; broken pod %s handled; pods_repaired_total=%v, skipped bare_pod=%v",
-				ov, nodeName, nodeDone, broken.Name,
-				counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{"namespace": ns}),
+			t.Logf("%s: node %s %s; broken pod %s handled; repairs (real or dry run)=%v, skipped bare_pod=%v",
+				ov, nodeName, nodeDone, broken.Name, outcomes(fams, ns),
 				counterSum(fams["consul_cni_repair_skipped_total"], map[string]string{"reason": "bare_pod"}))
-			wantResult := "success"
 			wantAction := map[string]string{"audit": "evict", "base": "evict", "delete": "delete", "label": "label"}[ov]
-			wantDry := map[string]string{"audit": "true"}[ov]
-			if wantDry == "" {
-				wantDry = "false"
+			dry := ov == "audit"
+			family := map[bool]string{false: metrics.PodRepairs, true: metrics.DryRunPodRepairs}[dry]
+			if n := counterSum(fams[family], map[string]string{"namespace": ns, "action": wantAction, "reason": "tproxy_status_stuck"}); n != 1 {
+				t.Errorf("%s{namespace=%s,action=%s,reason=tproxy_status_stuck} = %v, want 1", family, ns, wantAction, n)
 			}
-			if n := counterSum(fams["consul_cni_repair_pods_repaired_total"], map[string]string{
-				"namespace": ns, "action": wantAction, "result": wantResult, "dry_run": wantDry, "reason": "tproxy_status_stuck",
-			}); n != 1 {
-				t.Errorf("pods_repaired_total{namespace=%s,action=%s,result=%s,dry_run=%s,reason=tproxy_status_stuck} = %v, want 1",
-					ns, wantAction, wantResult, wantDry, n)
+			if n := counterSum(fams[metrics.PodRepairFailures], map[string]string{"namespace": ns}); n != 0 {
+				t.Errorf("%s{namespace=%s} = %v, want 0", metrics.PodRepairFailures, ns, n)
 			}
-			checkBornAtZero(t, fams, ns, judge.Action(wantAction), wantDry == metrics.DryRunTrue)
+			if want := map[bool]float64{true: 1}[dry]; gaugeValue(fams[metrics.DryRun]) != want {
+				t.Errorf("%s = %v, want %v", metrics.DryRun, gaugeValue(fams[metrics.DryRun]), want)
+			}
+			checkBornAtZero(t, fams, ns, judge.Action(wantAction), dry)
 		})
 	}
 
@@ -635,8 +634,8 @@ func TestControllerUnderManifests(t *testing.T) {
 }
 
 // checkBornAtZero: the running controller exports, for the namespace of the
-// pods it saw, every pods_repaired_total series of its configuration (each
-// result the action can count, each reason), and skipped_total for every
+// pods it saw, every action-counting series of its configuration (each
+// family and cause it can count, each reason), and skipped_total for every
 // reason, whether or not they counted anything.
 func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string, action judge.Action, dryRun bool) {
 	t.Helper()
@@ -660,12 +659,20 @@ func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string,
 		}
 		return false
 	}
-	for _, res := range metrics.RepairResults(action, dryRun) {
+	for _, fam := range metrics.RepairFamilies(dryRun) {
+		causes := []string{""}
+		if fam == metrics.PodRepairFailures {
+			causes = metrics.FailureCauses(action)
+		}
 		for _, r := range judge.AllReasons {
-			want := map[string]string{metrics.LabelNamespace: ns, metrics.LabelAction: string(action), metrics.LabelResult: res,
-				metrics.LabelReason: string(r), metrics.LabelDryRun: metrics.DryRunLabel(dryRun)}
-			if !has(metrics.PodsRepaired, want) {
-				t.Errorf("%s%v is not exported", metrics.PodsRepaired, want)
+			for _, c := range causes {
+				want := map[string]string{metrics.LabelNamespace: ns, metrics.LabelAction: string(action), metrics.LabelReason: string(r)}
+				if c != "" {
+					want[metrics.LabelCause] = c
+				}
+				if !has(fam, want) {
+					t.Errorf("%s%v is not exported", fam, want)
+				}
 			}
 		}
 	}
@@ -674,6 +681,21 @@ func checkBornAtZero(t *testing.T, fams map[string]*dto.MetricFamily, ns string,
 			t.Errorf("%s{reason=%s} is not exported", metrics.Skipped, r)
 		}
 	}
+}
+
+// outcomes is what the controller did or, in audit mode, decided for the
+// pods of ns: pod_repairs_total and dry_run_pod_repairs_total.
+func outcomes(fams map[string]*dto.MetricFamily, ns string) float64 {
+	return counterSum(fams[metrics.PodRepairs], map[string]string{"namespace": ns}) +
+		counterSum(fams[metrics.DryRunPodRepairs], map[string]string{"namespace": ns})
+}
+
+// gaugeValue is the value of a family's only gauge series (-1 without one).
+func gaugeValue(f *dto.MetricFamily) float64 {
+	if f == nil || len(f.GetMetric()) != 1 {
+		return -1
+	}
+	return f.GetMetric()[0].GetGauge().GetValue()
 }
 
 // createInstallerPod creates, bound to node, a pod of the installer

@@ -99,9 +99,11 @@ func TestDashboardCoversTheQuestions(t *testing.T) {
 		fn       string   // a function the query must call (optional)
 	}
 	needs := []need{
-		{"repaired pods per action and result over time", "consul_cni_repair_pods_repaired_total", []string{"action", "result"}, "increase"},
-		{"repaired pods per reason over time", "consul_cni_repair_pods_repaired_total", []string{"reason"}, "increase"},
-		{"repaired pods per namespace over time", "consul_cni_repair_pods_repaired_total", []string{"namespace"}, "increase"},
+		{"repaired pods per action over time", "consul_cni_repair_pod_repairs_total", []string{"action"}, "increase"},
+		{"repaired pods per reason over time", "consul_cni_repair_pod_repairs_total", []string{"reason"}, "increase"},
+		{"repaired pods per namespace over time", "consul_cni_repair_pod_repairs_total", []string{"namespace"}, "increase"},
+		{"failed actions per action and cause over time", "consul_cni_repair_pod_repair_failures_total", []string{"action", "cause"}, "increase"},
+		{"audit mode's would-be repairs per reason over time", "consul_cni_repair_dry_run_pod_repairs_total", []string{"reason"}, "increase"},
 		{"currently broken pods", "consul_cni_repair_broken_pods", nil, ""},
 		{"detection-to-action latency", "consul_cni_repair_detection_to_action_seconds_bucket", []string{"le"}, "histogram_quantile"},
 		{"nodes CNI ready vs not", "consul_cni_repair_nodes", []string{"cni_ready"}, ""},
@@ -213,7 +215,9 @@ func TestAlertRules(t *testing.T) {
 	// The four situations the alerts must cover, each by the metric that
 	// tells it.
 	for _, want := range []struct{ alert, metric string }{
-		{"ConsulCNIPodsRepaired", "consul_cni_repair_pods_repaired_total"},
+		{"ConsulCNIPodsRepaired", "consul_cni_repair_pod_repairs_total"},
+		{"ConsulCNIRepairFailing", "consul_cni_repair_pod_repair_failures_total"},
+		{"ConsulCNIPodsUnmeshedAudit", "consul_cni_repair_dry_run"},
 		{"ConsulCNIPodsUnmeshed", "consul_cni_repair_broken_pods"},
 		{"ConsulCNIRepairCircuitBreakerOpen", "consul_cni_repair_circuit_breaker_open_nodes"},
 		{"ConsulCNINodesNotReady", "consul_cni_repair_nodes"},

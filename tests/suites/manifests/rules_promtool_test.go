@@ -109,27 +109,50 @@ func processStart(r replica) sample {
 
 const appNS = "web-shop"
 
-// repairedAll is a namespace's pods_repaired_total, every series the
-// controller creates at 0 for its configuration (metrics.RepairResults and
-// judge.AllReasons), with values for one of them and 0 for the others; a
-// values of "" leaves the namespace's series out.
-func repairedAll(r replica, action judge.Action, dryRun bool, result string, reason judge.Reason, values, zero string) []sample {
+// outcome is one of the action-counting families and, for failures, its
+// cause.
+type outcome struct{ family, cause string }
+
+var (
+	done      = outcome{metrics.PodRepairs, ""}
+	failed    = outcome{metrics.PodRepairFailures, metrics.CauseError}
+	pdbDenied = outcome{metrics.PodRepairFailures, metrics.CausePDBBlocked}
+	decided   = outcome{metrics.DryRunPodRepairs, ""}
+)
+
+// repairedAll is a namespace's action-counting series, every series the
+// controller creates at 0 for its configuration (metrics.RepairFamilies,
+// metrics.FailureCauses and judge.AllReasons), with values for the one of
+// outcome o and reason, and zero for the others; a values of "" leaves the
+// namespace's series out. dryRun also exports the dry_run gauge at 1.
+func repairedAll(r replica, action judge.Action, dryRun bool, o outcome, reason judge.Reason, values, zero string) []sample {
 	var out []sample
-	for _, res := range metrics.RepairResults(action, dryRun) {
-		for _, rs := range judge.AllReasons {
-			v := zero
-			if res == result && rs == reason {
-				v = values
-			}
-			if v == "" {
-				continue
-			}
-			out = append(out, scraped(r, metrics.PodsRepaired, map[string]string{
-				metrics.LabelNamespace: appNS, metrics.LabelAction: string(action), metrics.LabelResult: res,
-				metrics.LabelReason: string(rs), metrics.LabelDryRun: metrics.DryRunLabel(dryRun),
-			}, v))
+	pick := func(fam, cause string, rs judge.Reason, ls map[string]string) {
+		v := zero
+		if fam == o.family && cause == o.cause && rs == reason {
+			v = values
+		}
+		if v != "" {
+			out = append(out, scraped(r, fam, ls, v))
 		}
 	}
+	for _, fam := range metrics.RepairFamilies(dryRun) {
+		for _, rs := range judge.AllReasons {
+			ls := map[string]string{metrics.LabelNamespace: appNS, metrics.LabelAction: string(action), metrics.LabelReason: string(rs)}
+			if fam != metrics.PodRepairFailures {
+				pick(fam, "", rs, ls)
+				continue
+			}
+			for _, c := range metrics.FailureCauses(action) {
+				withCause := map[string]string{metrics.LabelCause: c}
+				for k, v := range ls {
+					withCause[k] = v
+				}
+				pick(fam, c, rs, withCause)
+			}
+		}
+	}
+	out = append(out, scraped(r, metrics.DryRun, nil, fmt.Sprintf("%dx200", map[bool]int{true: 1}[dryRun])))
 	return append(out, processStart(r))
 }
 
@@ -180,7 +203,7 @@ type ruleCase struct {
 func ruleCases() []ruleCase {
 	evict, ev := judge.ActionEvict, string(judge.ActionEvict)
 	stuck, initFailed := judge.ReasonTProxyStatusStuck, judge.ReasonInitCheckFailed
-	ok, failed := metrics.ResultSuccess, metrics.ResultFailure
+	ok, failedChange := metrics.ResultSuccess, metrics.ResultFailure
 	repairedLabels := map[string]string{metrics.LabelNamespace: appNS, metrics.LabelAction: ev, metrics.LabelReason: string(stuck)}
 	failingLabels := map[string]string{metrics.LabelNamespace: appNS, metrics.LabelAction: ev}
 	readinessLabels := map[string]string{metrics.LabelChange: metrics.ChangeTaintRemoved}
@@ -191,39 +214,39 @@ func ruleCases() []ruleCase {
 	return []ruleCase{
 		// ConsulCNIPodsRepaired: increase over 30m of successful real actions.
 		{"ConsulCNIPodsRepaired", kindFiring, "first repair in a namespace, on a series born at 0",
-			repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), "15m", []map[string]string{repairedLabels}},
+			repairedAll(leader, evict, false, done, stuck, "0x20 1x40", "0x60"), "15m", []map[string]string{repairedLabels}},
 		{"ConsulCNIPodsRepaired", kindReplicas, "the standby's series stay at 0: one alert, not two",
-			join(repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, ok, stuck, "0x60", "0x60")),
+			join(repairedAll(leader, evict, false, done, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, done, stuck, "0x60", "0x60")),
 			"15m", []map[string]string{repairedLabels}},
-		{"ConsulCNIPodsRepaired", kindDryRun, "audit mode counts would-be repairs with dry_run=true",
-			repairedAll(leader, evict, true, ok, stuck, "0x20 1x40", "0x60"), "15m", none},
+		{"ConsulCNIPodsRepaired", kindDryRun, "audit mode counts would-be repairs in dry_run_pod_repairs_total",
+			repairedAll(leader, evict, true, decided, stuck, "0x20 1x40", "0x60"), "15m", none},
 		{"ConsulCNIPodsRepaired", kindRecovered, "the repair was 35 minutes ago",
-			repairedAll(leader, evict, false, ok, stuck, "0x20 1x100", "0x120"), "45m", none},
+			repairedAll(leader, evict, false, done, stuck, "0x20 1x100", "0x120"), "45m", none},
 		{"ConsulCNIPodsRepaired", kindBelow, "no repair, failures only",
 			repairedAll(leader, evict, false, failed, stuck, "0x20 1x40", "0x60"), "15m", none},
 		{"ConsulCNIPodsRepaired", kindBorn, "a new process acted before its first scrape",
-			repairedAll(fresh, evict, false, ok, stuck, "_x20 1x40", ""), "15m", []map[string]string{repairedLabels}},
+			repairedAll(fresh, evict, false, done, stuck, "_x20 1x40", ""), "15m", []map[string]string{repairedLabels}},
 		{"ConsulCNIPodsRepaired", kindBorn, "a long-running process's series first seen at 1 is history Prometheus did not scrape",
-			repairedAll(leader, evict, false, ok, stuck, "_x20 1x40", ""), "15m", none},
+			repairedAll(leader, evict, false, done, stuck, "_x20 1x40", ""), "15m", none},
 		{"ConsulCNIPodsRepaired", kindBorn, "a new process's series seen 2 repairs ago, then 1 more",
-			repairedAll(fresh, evict, false, ok, stuck, "_x20 2x10 3x30", ""), "15m", []map[string]string{repairedLabels}},
+			repairedAll(fresh, evict, false, done, stuck, "_x20 2x10 3x30", ""), "15m", []map[string]string{repairedLabels}},
 
 		{"ConsulCNIPodsRepaired", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
-			repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), "15m",
+			repairedAll(leader, evict, false, done, stuck, "0x20 1x40", "0x60"), "15m",
 			[]map[string]string{{metrics.LabelNamespace: namespace, metrics.LabelAction: ev, metrics.LabelReason: string(stuck)}}},
 
 		// ConsulCNIRepairFailing: increase over 15m of failed actions.
 		{"ConsulCNIRepairFailing", kindFiring, "first failure in a namespace, on a series born at 0",
 			repairedAll(leader, evict, false, failed, initFailed, "0x20 1x40", "0x60"), "15m", []map[string]string{failingLabels}},
 		{"ConsulCNIRepairFailing", kindReplicas, "the standby's series stay at 0",
-			join(repairedAll(leader, evict, false, failed, initFailed, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, ok, stuck, "0x60", "0x60")),
+			join(repairedAll(leader, evict, false, failed, initFailed, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, done, stuck, "0x60", "0x60")),
 			"15m", []map[string]string{failingLabels}},
 		{"ConsulCNIRepairFailing", kindDryRun, "a dry run only decides: no failure series",
-			repairedAll(leader, evict, true, ok, stuck, "0x20 1x40", "0x60"), "15m", none},
+			repairedAll(leader, evict, true, decided, stuck, "0x20 1x40", "0x60"), "15m", none},
 		{"ConsulCNIRepairFailing", kindRecovered, "the failure was 20 minutes ago, the retry succeeded",
 			join(repairedAll(leader, evict, false, failed, stuck, "0x20 1x100", "0x120")), "30m", none},
 		{"ConsulCNIRepairFailing", kindBelow, "successes and PDB-blocked evictions only",
-			join(repairedAll(leader, evict, false, ok, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, metrics.ResultPDBBlocked, stuck, "0x20 3x40", "0x60")),
+			join(repairedAll(leader, evict, false, done, stuck, "0x20 1x40", "0x60"), repairedAll(standby, evict, false, pdbDenied, stuck, "0x20 3x40", "0x60")),
 			"15m", none},
 		{"ConsulCNIRepairFailing", kindBorn, "a new process failed before its first scrape",
 			repairedAll(fresh, evict, false, failed, stuck, "_x20 1x40", ""), "14m", []map[string]string{failingLabels}},
@@ -235,8 +258,10 @@ func ruleCases() []ruleCase {
 			"30m", []map[string]string{unmeshedLabels}},
 		{"ConsulCNIPodsUnmeshed", kindReplicas, "only the leader's replica reports the namespace",
 			[]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(standby, "quiet", stuck, "0x70")}, "30m", []map[string]string{unmeshedLabels}},
-		{"ConsulCNIPodsUnmeshed", kindDryRun, "audit mode leaves the pod outside the mesh: it fires too",
-			[]sample{broken(leader, appNS, initFailed, "0x10 1x60")}, "30m", []map[string]string{unmeshedLabels}},
+		{"ConsulCNIPodsUnmeshed", kindDryRun, "audit mode leaves the pod outside the mesh on purpose: no page (ConsulCNIPodsUnmeshedAudit tells)",
+			join([]sample{broken(leader, appNS, initFailed, "0x10 1x60")}, gauge(leader, metrics.DryRun, nil, "1x70")), "30m", none},
+		{"ConsulCNIPodsUnmeshed", kindDryRun, "the controller switched from audit to acting 20 minutes ago",
+			join([]sample{broken(leader, appNS, initFailed, "0x10 1x60")}, gauge(leader, metrics.DryRun, nil, "1x20 0x50")), "30m", []map[string]string{unmeshedLabels}},
 		{"ConsulCNIPodsUnmeshed", kindRecovered, "broken for 20 minutes, repaired 15 minutes ago",
 			[]sample{broken(leader, appNS, stuck, "0x10 1x40 0x40")}, "40m", none},
 		{"ConsulCNIPodsUnmeshed", kindBelow, "broken for 10 minutes only",
@@ -246,6 +271,25 @@ func ruleCases() []ruleCase {
 
 		{"ConsulCNIPodsUnmeshed", kindNoHonor, "the pod's namespace arrives as exported_namespace: the alert names the controller's",
 			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "30m", []map[string]string{{metrics.LabelNamespace: namespace}}},
+
+		// ConsulCNIPodsUnmeshedAudit: broken pods in audit mode, for 15m; info.
+		{"ConsulCNIPodsUnmeshedAudit", kindFiring, "audit mode reports a broken pod for 25 minutes",
+			join([]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(leader, "quiet", stuck, "0x70")}, gauge(leader, metrics.DryRun, nil, "1x70")),
+			"30m", []map[string]string{unmeshedLabels}},
+		{"ConsulCNIPodsUnmeshedAudit", kindReplicas, "both replicas report the pod and audit mode: one alert",
+			join([]sample{broken(leader, appNS, stuck, "0x10 1x60"), broken(standby, appNS, stuck, "0x10 1x60")},
+				gauge(leader, metrics.DryRun, nil, "1x70"), gauge(standby, metrics.DryRun, nil, "1x70")),
+			"30m", []map[string]string{unmeshedLabels}},
+		{"ConsulCNIPodsUnmeshedAudit", kindDryRun, "the controller acts: ConsulCNIPodsUnmeshed pages instead",
+			join([]sample{broken(leader, appNS, stuck, "0x10 1x60")}, gauge(leader, metrics.DryRun, nil, "0x70")), "30m", none},
+		{"ConsulCNIPodsUnmeshedAudit", kindDryRun, "a controller too old to export dry_run: ConsulCNIPodsUnmeshed pages as before",
+			[]sample{broken(leader, appNS, stuck, "0x10 1x60")}, "30m", none},
+		{"ConsulCNIPodsUnmeshedAudit", kindRecovered, "repaired by hand 15 minutes ago",
+			join([]sample{broken(leader, appNS, stuck, "0x10 1x40 0x40")}, gauge(leader, metrics.DryRun, nil, "1x90")), "40m", none},
+		{"ConsulCNIPodsUnmeshedAudit", kindBelow, "broken for 10 minutes only",
+			join([]sample{broken(leader, appNS, stuck, "0x10 1x60")}, gauge(leader, metrics.DryRun, nil, "1x70")), "15m", none},
+		{"ConsulCNIPodsUnmeshedAudit", kindBorn, "the namespace's series first seen at 1",
+			join([]sample{broken(fresh, appNS, stuck, "_x10 1x60")}, gauge(fresh, metrics.DryRun, nil, "1x70")), "30m", []map[string]string{unmeshedLabels}},
 
 		// ConsulCNIRepairCircuitBreakerOpen: for 5m.
 		{"ConsulCNIRepairCircuitBreakerOpen", kindFiring, "open on the leader for 10 minutes",
@@ -274,16 +318,16 @@ func ruleCases() []ruleCase {
 
 		// ConsulCNINodeReadinessFailing: increase over 15m of failed changes.
 		{"ConsulCNINodeReadinessFailing", kindFiring, "first failed taint removal, on a series born at 0",
-			readinessAll(leader, metrics.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), "15m", []map[string]string{readinessLabels}},
+			readinessAll(leader, metrics.ChangeTaintRemoved, failedChange, "0x20 1x40", "0x60"), "15m", []map[string]string{readinessLabels}},
 		{"ConsulCNINodeReadinessFailing", kindReplicas, "the standby's series stay at 0",
-			join(readinessAll(leader, metrics.ChangeTaintRemoved, failed, "0x20 1x40", "0x60"), readinessAll(standby, metrics.ChangeTaintRemoved, failed, "0x60", "0x60")),
+			join(readinessAll(leader, metrics.ChangeTaintRemoved, failedChange, "0x20 1x40", "0x60"), readinessAll(standby, metrics.ChangeTaintRemoved, failedChange, "0x60", "0x60")),
 			"15m", []map[string]string{readinessLabels}},
 		{"ConsulCNINodeReadinessFailing", kindRecovered, "the failure was 20 minutes ago",
-			readinessAll(leader, metrics.ChangeTaintRemoved, failed, "0x20 1x100", "0x120"), "30m", none},
+			readinessAll(leader, metrics.ChangeTaintRemoved, failedChange, "0x20 1x100", "0x120"), "30m", none},
 		{"ConsulCNINodeReadinessFailing", kindBelow, "successful changes only",
 			readinessAll(leader, metrics.ChangeLabelAdded, ok, "0x20 5x40", "0x60"), "15m", none},
 		{"ConsulCNINodeReadinessFailing", kindBorn, "a new process failed before its first scrape",
-			readinessAll(fresh, metrics.ChangeTaintRemoved, failed, "_x20 1x40", ""), "14m", []map[string]string{readinessLabels}},
+			readinessAll(fresh, metrics.ChangeTaintRemoved, failedChange, "_x20 1x40", ""), "14m", []map[string]string{readinessLabels}},
 
 		// ConsulCNIRepairNoLeader: for 10m.
 		{"ConsulCNIRepairNoLeader", kindFiring, "both replicas standing by for 20 minutes",
@@ -320,7 +364,7 @@ func ruleCases() []ruleCase {
 func ruleKinds(alert string) []string {
 	kinds := []string{kindFiring, kindRecovered, kindBelow, kindReplicas, kindBorn}
 	switch alert {
-	case "ConsulCNIPodsRepaired", "ConsulCNIRepairFailing", "ConsulCNIPodsUnmeshed":
+	case "ConsulCNIPodsRepaired", "ConsulCNIRepairFailing", "ConsulCNIPodsUnmeshed", "ConsulCNIPodsUnmeshedAudit":
 		kinds = append(kinds, kindDryRun)
 	}
 	return kinds
