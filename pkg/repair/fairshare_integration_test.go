@@ -72,7 +72,7 @@ func otherNamespacePod(t *testing.T, c *cluster.Cluster, watched, other, node st
 	tmpl := injectedPodTemplate(watched, "victim", node)
 	_, err := c.Client.AppsV1().ReplicaSets(other).Create(context.Background(), &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "victim"},
-		Spec: appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "victim"}}, Template: tmpl},
+		Spec:       appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "victim"}}, Template: tmpl},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
