@@ -250,9 +250,9 @@ dashboard: toolchain
 
 ## test-manifests-integration: server-side dry-run of every overlay, RBAC by impersonation, the controller's metrics,
 ## helm install/upgrade/uninstall of the chart on a simulated node, the base overlay and the chart on two real nodes,
-## the local walkthrough of docs/demo.md with kubectl, the README's path after make publish to a local registry
+## the lifecycle matrix (every way in or out) on two real nodes, the local walkthrough of docs/demo.md with kubectl, the README's path after make publish to a local registry
 test-manifests-integration: deps kube-bins node-bins helm registry-bin
-	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 50m ./...
+	cd tests/suites/manifests && HELM=$(abspath $(BIN))/helm $(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 60m ./...
 
 ## registry-bin: Debian's docker-registry (a real OCI registry the publish test runs on loopback)
 registry-bin:
