@@ -88,6 +88,10 @@ func Build() (dashboard.Dashboard, error) {
 	for _, p := range nodes() {
 		b.WithPanel(p.Id(next()))
 	}
+	b.WithRow(dashboard.NewRowBuilder("Installer").Id(next()))
+	for _, p := range installer() {
+		b.WithPanel(p.Id(next()))
+	}
 	b.WithRow(dashboard.NewRowBuilder("Controller").Id(next()))
 	for _, p := range controller() {
 		b.WithPanel(p.Id(next()))
@@ -184,6 +188,20 @@ func nodes() []idPanel {
 			query("A", fmt.Sprintf(`max(%s)`, metrics.BreakerOpenNodes), "open nodes")),
 		seriesPanel("Node readiness changes", "Label added/removed and startup taint removed/added, by result.", "short", 8,
 			query("A", fmt.Sprintf(`sum by (change, result) (increase(%s[$__rate_interval]))`, metrics.NodeReadinessChanges), "{{change}} {{result}}")),
+	}
+}
+
+// installer is the row of the CNI installer DaemonSet's metrics, one series
+// per node (the PodMonitor's node label).
+func installer() []idPanel {
+	const p = "consul_cni_installer_"
+	return []idPanel{
+		seriesPanel("Installer chained, by node", "1 while the node's installer has consul-cni last in the chain the runtime reads and its binary installed (the installer pod is Ready); 0 while not. During a rolling update two pods report: max.", "short", 8,
+			query("A", fmt.Sprintf(`max by (node) (%schained)`, p), "{{node}}")),
+		seriesPanel("Chain restores, by node", "Times the installer put consul-cni back into the chain per interval: once when it starts, then once per rewrite by something else (another CNI agent, consul-k8s's installer). A steady rate means a write war.", "short", 8,
+			query("A", fmt.Sprintf(`sum by (node) (increase(%swrites_total{what="chain"}[$__rate_interval]))`, p), "{{node}}")),
+		seriesPanel("Installer passes by result", "Passes over the nodes' CNI configuration per interval: chained, waiting (no primary network yet) or error.", "short", 8,
+			query("A", fmt.Sprintf(`sum by (result) (increase(%sreconciles_total[$__rate_interval]))`, p), "{{result}}")),
 	}
 }
 

@@ -160,8 +160,8 @@ func gvkOf(u *unstructured.Unstructured) schema.GroupVersionKind {
 	return u.GroupVersionKind()
 }
 
-// metricsReference is the page whose "Controller metrics" table is the
-// metrics contract.
+// metricsReference is the page whose "Controller metrics" and "Installer
+// metrics" tables are the metrics contract.
 const metricsReference = "docs/reference/metrics.md"
 
 // metricSpec is one row of the controller metrics table of
@@ -204,7 +204,7 @@ func parseMetricTable(r interface{ Read([]byte) (int, error) }) ([]metricSpec, e
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "#") {
-			in = strings.Contains(line, "Controller metrics")
+			in = strings.Contains(line, "Controller metrics") || strings.Contains(line, "Installer metrics")
 			continue
 		}
 		if !in {

@@ -181,6 +181,31 @@ func broken(r replica, ns string, reason judge.Reason, values string) sample {
 	return scraped(r, metrics.BrokenPods, map[string]string{metrics.LabelNamespace: ns, metrics.LabelReason: string(reason)}, values)
 }
 
+// Installer pods as the PodMonitor scrapes them: node is the target label
+// its relabeling sets from the pod's node.
+var (
+	installerA  = replica{"198.18.0.1:9313", installerName + "-k7x2p", "-86400+0x200"}
+	installerA2 = replica{"198.18.0.1:9313", installerName + "-w9q4z", "0+0x200"} // a rolling update's new pod on node-a
+	installerB  = replica{"198.18.0.17:9313", installerName + "-m3d8r", "-86400+0x200"}
+	freshInstA  = replica{"198.18.0.1:9313", installerName + "-n5t6v", "0+0x200"}
+)
+
+func installerSeries(r replica, node, name string, labels map[string]string, values string) sample {
+	ls := map[string]string{"node": node}
+	for k, v := range labels {
+		ls[k] = v
+	}
+	return scraped(r, name, ls, values)
+}
+
+func chained(r replica, node, values string) sample {
+	return installerSeries(r, node, "consul_cni_installer_chained", nil, values)
+}
+
+func chainWrites(r replica, node, values string) sample {
+	return installerSeries(r, node, "consul_cni_installer_writes_total", map[string]string{"what": "chain"}, values)
+}
+
 func join(ss ...[]sample) []sample {
 	var out []sample
 	for _, s := range ss {
@@ -328,6 +353,32 @@ func ruleCases() []ruleCase {
 			readinessAll(leader, metrics.ChangeLabelAdded, ok, "0x20 5x40", "0x60"), "15m", none},
 		{"ConsulCNINodeReadinessFailing", kindBorn, "a new process failed before its first scrape",
 			readinessAll(fresh, metrics.ChangeTaintRemoved, failedChange, "_x20 1x40", ""), "14m", []map[string]string{readinessLabels}},
+
+		// ConsulCNIInstallerNotChained: a node's installer unchained for 15m.
+		{"ConsulCNIInstallerNotChained", kindFiring, "node-a unchained for 20 minutes, node-b chained",
+			[]sample{chained(installerA, "node-a", "1x10 0x60"), chained(installerB, "node-b", "1x70")}, "30m",
+			[]map[string]string{{"node": "node-a"}}},
+		{"ConsulCNIInstallerNotChained", kindReplicas, "a rolling update: the new pod not yet chained beside the old one that is",
+			[]sample{chained(installerA, "node-a", "1x70"), chained(installerA2, "node-a", "0x70")}, "30m", none},
+		{"ConsulCNIInstallerNotChained", kindRecovered, "chained again 5 minutes ago",
+			[]sample{chained(installerA, "node-a", "1x10 0x50 1x10")}, "35m", none},
+		{"ConsulCNIInstallerNotChained", kindBelow, "unchained for 10 minutes only",
+			[]sample{chained(installerA, "node-a", "1x40 0x30")}, "35m", none},
+		{"ConsulCNIInstallerNotChained", kindBorn, "a new installer pod that never chains",
+			[]sample{chained(freshInstA, "node-a", "_x10 0x60")}, "30m", []map[string]string{{"node": "node-a"}}},
+
+		// ConsulCNIInstallerRestoringChain: more than 3 chain writes in 30m.
+		{"ConsulCNIInstallerRestoringChain", kindFiring, "something rewrites node-a's chain every minute",
+			[]sample{chainWrites(installerA, "node-a", "1x20 1+0.5x20 11x30"), chainWrites(installerB, "node-b", "1x70")}, "15m",
+			[]map[string]string{{"node": "node-a"}}},
+		{"ConsulCNIInstallerRestoringChain", kindReplicas, "a rolling update: each pod writes the chain once as it starts",
+			[]sample{chainWrites(installerA, "node-a", "1x70"), chainWrites(installerA2, "node-a", "_x20 1x50"), chainWrites(installerB, "node-b", "1x70")}, "15m", none},
+		{"ConsulCNIInstallerRestoringChain", kindRecovered, "the rewrites stopped 40 minutes ago",
+			[]sample{chainWrites(installerA, "node-a", "1x20 1+0.5x20 11x100")}, "60m", none},
+		{"ConsulCNIInstallerRestoringChain", kindBelow, "two restores in 30 minutes (a primary CNI's upgrade)",
+			[]sample{chainWrites(installerA, "node-a", "1x20 2x10 3x40")}, "15m", none},
+		{"ConsulCNIInstallerRestoringChain", kindBorn, "a new installer pod's first write is no restore",
+			[]sample{chainWrites(freshInstA, "node-a", "_x20 1x50")}, "15m", none},
 
 		// ConsulCNIRepairNoLeader: for 10m.
 		{"ConsulCNIRepairNoLeader", kindFiring, "both replicas standing by for 20 minutes",
