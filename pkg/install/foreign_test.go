@@ -13,6 +13,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // consulK8sInstallationKubeconfig is the kubeconfig name consul-k8s's
@@ -131,7 +132,7 @@ func TestPassLeavesConsulK8sEntry(t *testing.T) {
 	if b, _ := os.ReadFile(list); string(b) != theirs {
 		t.Errorf("list changed:\n%s", b)
 	}
-	if same, err := sameContent(n.src, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
+	if same, err := nodefile.SameContent(n.src, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
 		t.Errorf("our binary does not serve the entry (same=%v, err=%v)", same, err)
 	}
 	if err := in.VerifyInstalled(); err != nil {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
 
@@ -186,7 +187,7 @@ func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, 
 	if yielded {
 		return st, nil
 	}
-	changed, err := installBinary(in.cfg.PluginBinary, in.cfg.BinDir, cniconf.PluginType)
+	changed, err := nodefile.InstallBinary(in.cfg.PluginBinary, in.cfg.BinDir, cniconf.PluginType)
 	if err != nil {
 		return st, err
 	}
@@ -233,7 +234,7 @@ func (in *Installer) reconcile(ctx context.Context, st PassResult) (PassResult, 
 // name it (settleLegacyKubeconfig).
 func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult, error) {
 	var errs []error
-	staged, err := stageBinary(in.cfg.PluginBinary, in.cfg.BinDir)
+	staged, err := nodefile.StageBinary(in.cfg.PluginBinary, in.cfg.BinDir)
 	errs = append(errs, err)
 	if staged {
 		st.Wrote = append(st.Wrote, "staged binary")
@@ -249,7 +250,7 @@ func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult,
 }
 
 // writeKubeconfig writes the plugin's kubeconfig; tests make it fail.
-var writeKubeconfig = writeAtomic
+var writeKubeconfig = nodefile.WriteAtomic
 
 // writeCredentials writes the token copy (see token.go for which token
 // wins when another installer runs too) and the kubeconfig when they differ
@@ -278,7 +279,7 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
 	}
 	if write {
-		if err := writeAtomic(tokenPath, tok, 0o600); err != nil {
+		if err := nodefile.WriteAtomic(tokenPath, tok, 0o600); err != nil {
 			return wrote, false, fmt.Errorf("writing the plugin's token file: %w", err)
 		}
 		wrote = append(wrote, "token")
@@ -308,7 +309,7 @@ func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult
 		st.Waiting, st.Primary = false, p.Path
 		if !p.List {
 			err := in.convert(p, entry)
-			if errors.Is(err, errConflict) {
+			if errors.Is(err, nodefile.ErrConflict) {
 				continue
 			}
 			if err != nil {
@@ -323,7 +324,7 @@ func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult
 		}
 		changed, pluginDir, err := in.chainList(p, entry)
 		st.PluginDir = pluginDir
-		if errors.Is(err, errConflict) {
+		if errors.Is(err, nodefile.ErrConflict) {
 			continue
 		}
 		if err != nil {
@@ -360,12 +361,12 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 			return false, "", err
 		}
 		if ch {
-			if err := replaceIfUnchanged(p.Path, p.Raw, out); err != nil {
+			if err := nodefile.ReplaceIfUnchanged(p.Path, p.Raw, out); err != nil {
 				return false, "", err
 			}
 		}
 		for _, f := range ours {
-			if err := removeIfExists(f); err != nil {
+			if err := nodefile.RemoveIfExists(f); err != nil {
 				return false, "", err
 			}
 		}
@@ -377,7 +378,7 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 		return false, pluginDir, err
 	}
 	if ch {
-		if err := replaceIfUnchanged(p.Path, p.Raw, out); err != nil {
+		if err := nodefile.ReplaceIfUnchanged(p.Path, p.Raw, out); err != nil {
 			return false, pluginDir, err
 		}
 		changed = true
@@ -389,7 +390,7 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 	target := filepath.Join(pluginDir, pluginDirEntryName(foreign))
 	for _, f := range ours {
 		if f != target {
-			if err := removeIfExists(f); err != nil {
+			if err := nodefile.RemoveIfExists(f); err != nil {
 				return false, pluginDir, err
 			}
 			changed = true
@@ -400,7 +401,7 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 		if err != nil {
 			return false, pluginDir, err
 		}
-		if err := writeAtomic(target, body, 0o644); err != nil {
+		if err := nodefile.WriteAtomic(target, body, 0o644); err != nil {
 			return false, pluginDir, err
 		}
 		changed = true
@@ -424,12 +425,12 @@ func (in *Installer) convert(p Candidate, entry []byte) error {
 	}
 	target := strings.TrimSuffix(p.Path, filepath.Ext(p.Path)) + ".conflist"
 	backup := p.Path + BackupSuffix
-	if exists(target) && !exists(backup) {
+	if nodefile.Exists(target) && !nodefile.Exists(backup) {
 		if err := os.Rename(target, freeName(target+BackupSuffix)); err != nil {
 			return err
 		}
 	}
-	if err := writeAtomic(target, out, st.Mode().Perm()); err != nil {
+	if err := nodefile.WriteAtomic(target, out, st.Mode().Perm()); err != nil {
 		return err
 	}
 	cur, err := os.ReadFile(p.Path)
@@ -437,19 +438,19 @@ func (in *Installer) convert(p Candidate, entry []byte) error {
 		return err
 	}
 	if string(cur) != string(p.Raw) {
-		return errConflict
+		return nodefile.ErrConflict
 	}
 	return os.Rename(p.Path, backup)
 }
 
 // freeName returns path, or path with a numeric suffix when path exists.
 func freeName(path string) string {
-	if !exists(path) {
+	if !nodefile.Exists(path) {
 		return path
 	}
 	for i := 1; ; i++ {
 		p := fmt.Sprintf("%s.%d", path, i)
-		if !exists(p) {
+		if !nodefile.Exists(p) {
 			return p
 		}
 	}
@@ -689,7 +690,7 @@ func (in *Installer) VerifyInstalled() error {
 	if o, yield := in.ownerToYieldTo(context.Background()); yield {
 		klog.V(4).InfoS("Another installer owns the plugin binary", "owner", o.Version, "ownerPod", o.Pod)
 	} else if in.cfg.PluginBinary != "" {
-		same, err := sameBinary(in.cfg.PluginBinary, bin)
+		same, err := nodefile.SameBinary(in.cfg.PluginBinary, bin)
 		if err != nil {
 			return fmt.Errorf("comparing plugin binaries: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
@@ -218,12 +219,12 @@ func TestReconcilePrimaries(t *testing.T) {
 				t.Fatalf("Ready after install: %v", err)
 			}
 			for _, f := range tc.wantFiles {
-				if !exists(filepath.Join(n.net, f)) {
+				if !nodefile.Exists(filepath.Join(n.net, f)) {
 					t.Errorf("%s missing; have %v", f, keys(snapshot(t, n.net)))
 				}
 			}
 			for _, f := range tc.gone {
-				if exists(filepath.Join(n.net, f)) {
+				if nodefile.Exists(filepath.Join(n.net, f)) {
 					t.Errorf("%s still there", f)
 				}
 			}
@@ -266,7 +267,7 @@ func TestReconcilePrimaries(t *testing.T) {
 					t.Errorf("uninstall left %s", name)
 				}
 			}
-			if exists(filepath.Join(n.bin, cniconf.PluginType)) {
+			if nodefile.Exists(filepath.Join(n.bin, cniconf.PluginType)) {
 				t.Errorf("binary left after uninstall")
 			}
 			if err := in.VerifyInstalled(); err == nil {
@@ -300,7 +301,7 @@ func TestReconcileWaitsForPrimary(t *testing.T) {
 	}
 	// The binary and credentials are in place already; nothing else is.
 	for _, f := range []string{filepath.Join(n.bin, cniconf.PluginType), filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName)} {
-		if !exists(f) {
+		if !nodefile.Exists(f) {
 			t.Errorf("%s missing", f)
 		}
 	}
@@ -445,13 +446,13 @@ func TestReplaceIfUnchangedConflict(t *testing.T) {
 	p := filepath.Join(dir, "10-a.conflist")
 	os.WriteFile(p, []byte("v1"), 0o640)
 	os.WriteFile(p, []byte("v2"), 0o640) // another writer got there first
-	if err := replaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, errConflict) {
+	if err := nodefile.ReplaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, nodefile.ErrConflict) {
 		t.Fatalf("err = %v, want conflict", err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != "v2" {
 		t.Fatalf("the other writer's content was lost: %s", b)
 	}
-	if err := replaceIfUnchanged(p, []byte("v2"), []byte("mine")); err != nil {
+	if err := nodefile.ReplaceIfUnchanged(p, []byte("v2"), []byte("mine")); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := os.Stat(p)
@@ -789,7 +790,7 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
-	if !exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || exists(filepath.Join(n.net, cniconf.TokenFileName)) {
+	if !nodefile.Exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || nodefile.Exists(filepath.Join(n.net, cniconf.TokenFileName)) {
 		t.Fatalf("files %v", keys(snapshot(t, n.net)))
 	}
 	if err := in.VerifyInstalled(); err == nil {
@@ -800,11 +801,11 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	ink := nk.installer(t)
 	writeFiles(t, nk.net, map[string]string{"10-kindnet.conflist": kindnet})
 	writeKubeconfig = func(string, []byte, fs.FileMode) error { return errors.New("disk full") }
-	t.Cleanup(func() { writeKubeconfig = writeAtomic })
+	t.Cleanup(func() { writeKubeconfig = nodefile.WriteAtomic })
 	if _, err := ink.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "not chained") {
 		t.Fatalf("err = %v", err)
 	}
-	writeKubeconfig = writeAtomic
+	writeKubeconfig = nodefile.WriteAtomic
 	if b, _ := os.ReadFile(filepath.Join(nk.net, "10-kindnet.conflist")); strings.Contains(string(b), cniconf.PluginType) {
 		t.Fatal("chained without a kubeconfig")
 	}

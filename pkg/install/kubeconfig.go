@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // ClientSource is what the plugin's kubeconfig is derived from: the
@@ -182,7 +183,7 @@ func (in *Installer) settleLegacyKubeconfig(ctx context.Context) (wrote string, 
 		return "", fmt.Errorf("looking for configurations that name %s: %w", legacy, err)
 	}
 	if len(namedBy) == 0 && !in.cfg.Multus {
-		if err := removeIfExists(legacy); err != nil {
+		if err := nodefile.RemoveIfExists(legacy); err != nil {
 			return "", fmt.Errorf("removing the kubeconfig %s an earlier installer wrote: %w", legacy, err)
 		}
 		klog.FromContext(ctx).Info("Removed the plugin kubeconfig an earlier installer wrote", "file", legacy, "now", cniconf.KubeconfigFileName)
@@ -195,7 +196,7 @@ func (in *Installer) settleLegacyKubeconfig(ctx context.Context) (wrote string, 
 	if cur, err := os.ReadFile(legacy); err == nil && bytes.Equal(cur, kc) {
 		return "", nil
 	}
-	if err := writeAtomic(legacy, kc, 0o600); err != nil {
+	if err := nodefile.WriteAtomic(legacy, kc, 0o600); err != nil {
 		return "", fmt.Errorf("updating the kubeconfig %s other configurations name: %w", legacy, err)
 	}
 	klog.FromContext(ctx).Info("Keeping the plugin kubeconfig under its earlier name: other configurations name it", "file", legacy, "namedBy", namedBy, "multus", in.cfg.Multus)

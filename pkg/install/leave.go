@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/placement"
 )
 
@@ -182,7 +183,7 @@ func (in *Installer) stoppedState(reason string) cniconf.InstallerState {
 func (in *Installer) writeState(ctx context.Context, s cniconf.InstallerState) {
 	b, err := json.Marshal(s)
 	if err == nil {
-		err = writeAtomic(in.statePath(), append(b, '\n'), 0o644)
+		err = nodefile.WriteAtomic(in.statePath(), append(b, '\n'), 0o644)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot write the installer state file", "file", in.statePath())

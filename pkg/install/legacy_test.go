@@ -13,6 +13,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // consulK8sKubeconfig renders a kubeconfig the way consul-k8s's installer
@@ -117,7 +118,7 @@ func TestKubeconfigSurvivesConsulK8sCleanup(t *testing.T) {
 		t.Fatalf("entry names kubeconfig %q, want %q", kc, cniconf.KubeconfigFileName)
 	}
 	// What consul-k8s's cleanup removes of the net dir.
-	if err := removeIfExists(filepath.Join(n.net, cniconf.ConsulK8sKubeconfigFileName)); err != nil {
+	if err := nodefile.RemoveIfExists(filepath.Join(n.net, cniconf.ConsulK8sKubeconfigFileName)); err != nil {
 		t.Fatal(err)
 	}
 	if err := in.VerifyInstalled(); err != nil {
@@ -142,7 +143,7 @@ func TestUpgradeFromLegacyKubeconfigName(t *testing.T) {
 	if kc := entryKubeconfig(t, filepath.Join(n.net, "10-n.conflist")); kc != cniconf.KubeconfigFileName {
 		t.Errorf("entry names kubeconfig %q, want %q", kc, cniconf.KubeconfigFileName)
 	}
-	if exists(filepath.Join(n.net, cniconf.LegacyKubeconfigFileName)) {
+	if nodefile.Exists(filepath.Join(n.net, cniconf.LegacyKubeconfigFileName)) {
 		t.Errorf("%s, written by an earlier installer of ours, is left", cniconf.LegacyKubeconfigFileName)
 	}
 	if err := in.VerifyInstalled(); err != nil {
@@ -217,7 +218,7 @@ func TestUninstallRemovesLegacyKubeconfig(t *testing.T) {
 		t.Errorf("the earlier installer's entry is left:\n%s", b)
 	}
 	for _, f := range []string{filepath.Join(n.net, cniconf.LegacyKubeconfigFileName), filepath.Join(n.bin, cniconf.PluginType)} {
-		if exists(f) {
+		if nodefile.Exists(f) {
 			t.Errorf("%s left after uninstall", f)
 		}
 	}
@@ -255,7 +256,7 @@ func TestRestoreRenamesStagedBinary(t *testing.T) {
 	if !strings.Contains(strings.Join(res.Wrote, ","), "staged binary") {
 		t.Errorf("copy not staged again: wrote %v", res.Wrote)
 	}
-	if same, err := sameContent(n.src, staged); err != nil || !same {
+	if same, err := nodefile.SameContent(n.src, staged); err != nil || !same {
 		t.Errorf("staged copy after the restore: same %v, %v", same, err)
 	}
 	if err := in.VerifyInstalled(); err != nil {
@@ -278,7 +279,7 @@ func TestStaleStagedBinaryNotUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{cniconf.PluginType, cniconf.StagedBinaryName} {
-		if same, err := sameContent(n.src, filepath.Join(n.bin, f)); err != nil || !same {
+		if same, err := nodefile.SameContent(n.src, filepath.Join(n.bin, f)); err != nil || !same {
 			t.Errorf("%s: same as the binary to install %v, %v", f, same, err)
 		}
 	}

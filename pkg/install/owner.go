@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // During an upgrade (a DaemonSet rolling update, helm upgrade) installers
@@ -164,7 +165,7 @@ func (in *Installer) claimOwner() (changed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := writeAtomic(filepath.Join(in.cfg.NetDir, cniconf.OwnerFileName), append(b, '\n'), 0o644); err != nil {
+	if err := nodefile.WriteAtomic(filepath.Join(in.cfg.NetDir, cniconf.OwnerFileName), append(b, '\n'), 0o644); err != nil {
 		return false, fmt.Errorf("writing the owner file %s: %w", cniconf.OwnerFileName, err)
 	}
 	return true, nil

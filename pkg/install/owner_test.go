@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 func TestCompareVersions(t *testing.T) {
@@ -88,7 +89,7 @@ func TestOlderInstallerNeverOverwritesNewer(t *testing.T) {
 			if err := newer.VerifyInstalled(); err != nil {
 				t.Errorf("newer installer not ready: %v", err)
 			}
-			if same, err := sameContent(newer.cfg.PluginBinary, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
+			if same, err := nodefile.SameContent(newer.cfg.PluginBinary, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
 				t.Errorf("installed binary is not the newer one (same=%v, err=%v)", same, err)
 			}
 			b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist"))
@@ -117,7 +118,7 @@ func TestOlderInstallerTakesOverFromGoneOwner(t *testing.T) {
 	if st.YieldedTo != "" || len(asked) != 1 || asked[0] != "kube-system/consul-cni-new/u-2" {
 		t.Fatalf("older pass: YieldedTo=%q asked=%v; want it to take over after asking about kube-system/consul-cni-new/u-2", st.YieldedTo, asked)
 	}
-	if same, err := sameContent(older.cfg.PluginBinary, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
+	if same, err := nodefile.SameContent(older.cfg.PluginBinary, filepath.Join(n.bin, cniconf.PluginType)); err != nil || !same {
 		t.Errorf("older installer did not take over the binary (same=%v, err=%v)", same, err)
 	}
 	if o, ok := readOwner(n.net); !ok || o.Version != "v0.1.0" {

@@ -5,16 +5,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // Every file the installer writes is first written to a temporary file
 // beside it, named "." + the target's name + "." + digits + ".tmp"
-// (writeTemp, copyBinary), and renamed into place. A writer killed between
+// (pkg/install/nodefile), and renamed into place. A writer killed between
 // the two (SIGKILL, the OOM killer, a node losing power) leaves the
 // temporary file: in the bin directory a copy of the plugin, about 10 MB
 // each time. The installer removes such files when it starts and at every
@@ -27,9 +27,6 @@ import (
 // is taken for the remains of a killed writer.
 const staleTempAge = time.Minute
 
-// tempName matches the temporary files of writeTemp and copyBinary.
-var tempName = regexp.MustCompile(`^\.(.+)\.[0-9]+\.tmp$`)
-
 // ownTarget reports whether the installer writes a file named target in
 // the bin directory (bin) or in the net directory and its plugin
 // directories: the plugin and its staged copy; the kubeconfig (also under
@@ -37,8 +34,8 @@ var tempName = regexp.MustCompile(`^\.(.+)\.[0-9]+\.tmp$`)
 // files.
 func ownTarget(target string, bin bool) bool {
 	if bin {
-		// copyBinary drops the leading dot of the staged copy's name,
-		// writeTemp keeps it.
+		// A binary's temporary file drops the leading dot of the
+		// staged copy's name, other files keep it (nodefile.TempTarget).
 		for _, f := range []string{cniconf.StagedBinaryName, cniconf.StateFileName} {
 			if target == f || "."+target == f {
 				return true
@@ -83,8 +80,8 @@ func (in *Installer) tempFiles(minAge time.Duration) ([]string, error) {
 			continue
 		}
 		for _, e := range ents {
-			m := tempName.FindStringSubmatch(e.Name())
-			if m == nil || e.IsDir() || !ownTarget(m[1], d.bin) {
+			target, ok := nodefile.TempTarget(e.Name())
+			if !ok || e.IsDir() || !ownTarget(target, d.bin) {
 				continue
 			}
 			if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) >= minAge {
@@ -102,7 +99,7 @@ func (in *Installer) removeTempFiles(minAge time.Duration) ([]string, error) {
 	var removed []string
 	errs := []error{err}
 	for _, f := range files {
-		if err := removeIfExists(f); err != nil {
+		if err := nodefile.RemoveIfExists(f); err != nil {
 			errs = append(errs, err)
 			continue
 		}

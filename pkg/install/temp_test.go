@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // Temporary files a writer killed mid-write left (SIGKILL, OOM) are removed
@@ -73,18 +74,18 @@ func TestTemporaryFilesOfKilledWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	for f, removed := range files {
-		if exists(f) == removed {
-			t.Errorf("after start: %s exists %v, want %v", f, exists(f), !removed)
+		if nodefile.Exists(f) == removed {
+			t.Errorf("after start: %s exists %v, want %v", f, nodefile.Exists(f), !removed)
 		}
 	}
-	if !exists(fresh) {
+	if !nodefile.Exists(fresh) {
 		t.Errorf("a fresh temporary file (a live writer's) was removed at start")
 	}
 
 	if _, err := in.Uninstall(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if exists(fresh) {
+	if nodefile.Exists(fresh) {
 		t.Errorf("uninstall left %s", fresh)
 	}
 	left, err = in.Leftovers()
@@ -92,7 +93,7 @@ func TestTemporaryFilesOfKilledWriters(t *testing.T) {
 		t.Fatalf("after uninstall: %v %v", left, err)
 	}
 	for f, ours := range files {
-		if !ours && !exists(f) {
+		if !ours && !nodefile.Exists(f) {
 			t.Errorf("uninstall removed %s, not ours", f)
 		}
 	}

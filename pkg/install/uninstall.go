@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // UninstallResult says what Uninstall found of the installer's on the node.
@@ -92,7 +93,7 @@ func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 func (in *Installer) ownNetFiles() []string {
 	var files []string
 	for _, f := range []string{cniconf.KubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName} {
-		if exists(filepath.Join(in.cfg.NetDir, f)) {
+		if nodefile.Exists(filepath.Join(in.cfg.NetDir, f)) {
 			files = append(files, f)
 		}
 	}
@@ -103,10 +104,10 @@ func (in *Installer) ownNetFiles() []string {
 }
 
 func (in *Installer) remove(path string, res *UninstallResult) error {
-	if !exists(path) {
+	if !nodefile.Exists(path) {
 		return nil
 	}
-	if err := removeIfExists(path); err != nil {
+	if err := nodefile.RemoveIfExists(path); err != nil {
 		return err
 	}
 	res.Removed = append(res.Removed, filepath.Base(path))
@@ -174,7 +175,7 @@ func (in *Installer) backupOf(e fs.DirEntry, exts ...string) (string, bool) {
 		return "", false
 	}
 	orig := strings.TrimSuffix(filepath.Join(in.cfg.NetDir, e.Name()), BackupSuffix)
-	return orig, slices.Contains(exts, filepath.Ext(orig)) && exists(orig+BackupSuffix)
+	return orig, slices.Contains(exts, filepath.Ext(orig)) && nodefile.Exists(orig+BackupSuffix)
 }
 
 // restoreSingle puts back the single-network file orig set aside by a
@@ -196,23 +197,23 @@ func (in *Installer) restoreSingle(ctx context.Context, orig string) (rewritten 
 		return false, err
 	case !convertedFrom(conv, old):
 		log.Info("Keeping a configuration list written since the conversion; dropping the stale file it replaced", "list", converted, "stale", backup)
-		return true, removeIfExists(backup)
+		return true, nodefile.RemoveIfExists(backup)
 	default:
-		if err := removeIfUnchanged(converted, conv); errors.Is(err, errConflict) {
+		if err := nodefile.RemoveIfUnchanged(converted, conv); errors.Is(err, nodefile.ErrConflict) {
 			log.Info("A configuration list changed while being removed; keeping it, dropping the stale file it replaced", "list", converted, "stale", backup)
-			return true, removeIfExists(backup)
+			return true, nodefile.RemoveIfExists(backup)
 		} else if err != nil {
 			return false, err
 		}
 	}
-	restored, err := renameNoReplace(backup, orig)
+	restored, err := nodefile.RenameNoReplace(backup, orig)
 	if err != nil {
 		return false, err
 	}
 	if !restored {
 		// The primary CNI wrote the file again since: the set-aside
 		// copy is stale.
-		return false, removeIfExists(backup)
+		return false, nodefile.RemoveIfExists(backup)
 	}
 	log.Info("Restored a converted network configuration", "file", orig)
 	return false, nil
@@ -225,9 +226,9 @@ func (in *Installer) restoreList(ctx context.Context, orig string, stale bool) e
 	backup := orig + BackupSuffix
 	if stale {
 		klog.FromContext(ctx).Info("Dropping a configuration list set aside by a conversion: the primary CNI wrote a newer one", "stale", backup, "list", orig)
-		return removeIfExists(backup)
+		return nodefile.RemoveIfExists(backup)
 	}
-	restored, err := renameNoReplace(backup, orig)
+	restored, err := nodefile.RenameNoReplace(backup, orig)
 	if err == nil && restored {
 		klog.FromContext(ctx).Info("Restored a configuration list set aside by a conversion", "file", orig)
 	}
@@ -261,7 +262,7 @@ func convertedFrom(list, single []byte) bool {
 func (in *Installer) unchainAll(ctx context.Context, res *UninstallResult) error {
 	for attempt := 0; attempt < 10; attempt++ {
 		changed, err := in.unchainPass(ctx, res)
-		if errors.Is(err, errConflict) {
+		if errors.Is(err, nodefile.ErrConflict) {
 			continue
 		}
 		if err != nil {
@@ -293,7 +294,7 @@ func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (cha
 			if err != nil {
 				return changed, err
 			}
-			if err := replaceIfUnchanged(c.Path, c.Raw, out); err != nil {
+			if err := nodefile.ReplaceIfUnchanged(c.Path, c.Raw, out); err != nil {
 				return changed, err
 			}
 			changed = true
@@ -308,7 +309,7 @@ func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (cha
 			if b, err := os.ReadFile(f); err != nil || !in.isOurs(b) {
 				continue
 			}
-			if err := removeIfExists(f); err != nil {
+			if err := nodefile.RemoveIfExists(f); err != nil {
 				return changed, err
 			}
 			changed = true
@@ -399,11 +400,11 @@ func (in *Installer) Leftovers() ([]string, error) {
 		left = append(left, filepath.Base(f))
 	}
 	for _, f := range []string{cniconf.StagedBinaryName, cniconf.StateFileName} {
-		if exists(filepath.Join(in.cfg.BinDir, f)) {
+		if nodefile.Exists(filepath.Join(in.cfg.BinDir, f)) {
 			left = append(left, f)
 		}
 	}
-	if exists(filepath.Join(in.cfg.BinDir, cniconf.PluginType)) {
+	if nodefile.Exists(filepath.Join(in.cfg.BinDir, cniconf.PluginType)) {
 		_, foreign, err := in.entriesLeft()
 		if err != nil {
 			return nil, err

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile/nodefiletest"
 )
 
 const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam":{"type":"host-local"}}]}`
@@ -38,13 +40,13 @@ func TestUninstallRetriesConflicts(t *testing.T) {
 	n, in := installed(t)
 	list := filepath.Join(n.net, "10-n.conflist")
 	writes := 0
-	setHook(t, &beforeCompare, func(path string) {
+	nodefiletest.BeforeCompare(t, func(path string) {
 		if path != list || writes > 0 {
 			return
 		}
 		writes++
 		cur, _ := os.ReadFile(path)
-		foreignWrite(t, path, []byte(strings.Replace(string(cur), `"cniVersion": "1.0.0"`, `"cniVersion": "1.0.0", "rewritten": true`, 1)))
+		nodefiletest.ForeignWrite(t, path, []byte(strings.Replace(string(cur), `"cniVersion": "1.0.0"`, `"cniVersion": "1.0.0", "rewritten": true`, 1)))
 	})
 	res, err := in.Uninstall(context.Background())
 	if err != nil {
@@ -55,7 +57,7 @@ func TestUninstallRetriesConflicts(t *testing.T) {
 		t.Fatalf("list after uninstall (%d foreign writes):\n%s", writes, b)
 	}
 	for _, f := range []string{filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.bin, cniconf.PluginType)} {
-		if exists(f) {
+		if nodefile.Exists(f) {
 			t.Errorf("%s left after uninstall", f)
 		}
 	}
@@ -70,10 +72,10 @@ func TestUninstallKeepsFilesWhileAListIsNotClean(t *testing.T) {
 	n, in := installed(t)
 	list := filepath.Join(n.net, "10-n.conflist")
 	i := 0
-	setHook(t, &beforeCompare, func(path string) {
+	nodefiletest.BeforeCompare(t, func(path string) {
 		i++
 		cur, _ := os.ReadFile(path)
-		foreignWrite(t, path, []byte(strings.Replace(string(cur), `"cniVersion"`, `"x`+strings.Repeat("x", i)+`": 1, "cniVersion"`, 1)))
+		nodefiletest.ForeignWrite(t, path, []byte(strings.Replace(string(cur), `"cniVersion"`, `"x`+strings.Repeat("x", i)+`": 1, "cniVersion"`, 1)))
 	})
 	_, err := in.Uninstall(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "kept") {
@@ -84,7 +86,7 @@ func TestUninstallKeepsFilesWhileAListIsNotClean(t *testing.T) {
 		t.Fatalf("entry gone:\n%s", b)
 	}
 	for _, f := range []string{filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.bin, cniconf.PluginType)} {
-		if !exists(f) {
+		if !nodefile.Exists(f) {
 			t.Errorf("%s removed while a list still names the plugin", f)
 		}
 	}
@@ -108,10 +110,10 @@ func TestUninstallKeepsAnotherInstallersBinary(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(n.net, "20-other.conflist")); !listHasPlugin(b) {
 		t.Errorf("the other installer's entry was removed:\n%s", b)
 	}
-	if !exists(filepath.Join(n.bin, cniconf.PluginType)) || !res.KeptBinary {
+	if !nodefile.Exists(filepath.Join(n.bin, cniconf.PluginType)) || !res.KeptBinary {
 		t.Errorf("binary removed although another entry names it (result %+v)", res)
 	}
-	if exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || exists(filepath.Join(n.net, cniconf.TokenFileName)) {
+	if nodefile.Exists(filepath.Join(n.net, cniconf.KubeconfigFileName)) || nodefile.Exists(filepath.Join(n.net, cniconf.TokenFileName)) {
 		t.Errorf("our credentials left")
 	}
 }
@@ -214,7 +216,7 @@ func TestUninstallKeepsAListThePrimaryWroteAfterTheConversion(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := filepath.Join(n.net, "05-x.conflist")
-	foreignWrite(t, list, []byte(ptpList))
+	nodefiletest.ForeignWrite(t, list, []byte(ptpList))
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -252,9 +254,9 @@ func TestUninstallRestoresAConversionUnlessTheListChangesMeanwhile(t *testing.T)
 			}
 			list := filepath.Join(n.net, "05-x.conflist")
 			if race {
-				setHook(t, &beforeRemoveIfUnchanged, func(path string) {
+				nodefiletest.BeforeRemoveIfUnchanged(t, func(path string) {
 					if path == list {
-						foreignWrite(t, path, []byte(ptpList))
+						nodefiletest.ForeignWrite(t, path, []byte(ptpList))
 					}
 				})
 			}
@@ -280,15 +282,15 @@ func TestUninstallRestoresAConversionUnlessTheListChangesMeanwhile(t *testing.T)
 func TestRenameNoReplace(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"a": "a", "b": "b"})
-	ok, err := renameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+	ok, err := nodefile.RenameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "b"))
 	if err != nil || ok {
 		t.Fatalf("renamed over an existing file: %v %v", ok, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "b")); string(b) != "b" {
 		t.Fatalf("b = %q", b)
 	}
-	ok, err = renameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "c"))
-	if err != nil || !ok || exists(filepath.Join(dir, "a")) {
+	ok, err = nodefile.RenameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "c"))
+	if err != nil || !ok || nodefile.Exists(filepath.Join(dir, "a")) {
 		t.Fatalf("rename to a free name: %v %v", ok, err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile/nodefiletest"
 )
 
 // fakeProc is a /proc with one process: its command line and the fdinfo
@@ -130,7 +132,7 @@ func TestRunWithoutAWatcher(t *testing.T) {
 	go func() { done <- in.Run(ctx, nil) }()
 	list := filepath.Join(n.net, "10-kindnet.conflist")
 	poll.Eventually(t, 10*time.Second, "chained without a watcher", func() error { return in.VerifyInstalled() })
-	foreignWrite(t, list, []byte(kindnet))
+	nodefiletest.ForeignWrite(t, list, []byte(kindnet))
 	poll.Eventually(t, 10*time.Second, "the periodic pass restores the chain", func() error { return in.VerifyInstalled() })
 	fail.Store(false)
 	select {

@@ -1,4 +1,23 @@
-package install
+// Package nodefile writes the installer's files on the node so that a
+// reader never sees half a file and no other writer's change is lost.
+//
+// The CNI net directory is shared: the runtime reads it at any moment, the
+// primary CNI and other installers rewrite it, and a node may lose power
+// mid-write. Every file is therefore written to a temporary file beside its
+// target (named "." + target + "." + digits + ".tmp", which no runtime
+// reads as a network configuration), synced, and renamed into place
+// (WriteAtomic). A file that others also write is replaced only while it
+// still holds what the caller read (ReplaceIfUnchanged: the new content is
+// swapped in with renameat2 RENAME_EXCHANGE and what the swap displaced is
+// compared, so a write landing in between is put back, not lost) and
+// removed only while unchanged (RemoveIfUnchanged); a conflict is
+// ErrConflict, and the caller reads again. The plugin binary is copied with
+// its source's modification time, so that a readiness probe tells an
+// identical copy by size and time without reading megabytes (SameBinary),
+// and a staged copy beside it makes putting it back a rename
+// (InstallBinary, StageBinary). TempTarget recognises the temporary files a
+// killed writer left behind.
+package nodefile
 
 import (
 	"bytes"
@@ -9,23 +28,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/internal/racehook"
 )
 
-// errConflict means a file changed between the installer reading it and
+// ErrConflict means a file changed between the caller reading it and
 // replacing it (another writer, usually the primary CNI): start over.
-var errConflict = errors.New("file changed while being updated")
+var ErrConflict = errors.New("file changed while being updated")
 
-// writeAtomic replaces path with data: a temporary file in the same
+// WriteAtomic replaces path with data: a temporary file in the same
 // directory is written, synced and renamed over path, so a reader (the
 // runtime) sees either the old or the new content, never a partial file.
 // The temporary file's extension is .tmp, which no runtime reads as a
 // network configuration.
-func writeAtomic(path string, data []byte, perm fs.FileMode) error {
+func WriteAtomic(path string, data []byte, perm fs.FileMode) error {
 	tmp, err := writeTemp(path, data, perm)
 	if err != nil {
 		return err
@@ -69,21 +90,12 @@ func writeTemp(path string, data []byte, perm fs.FileMode) (string, error) {
 	return tmp, nil
 }
 
-// Test hooks of replaceIfUnchanged, nil outside tests: beforeCompare runs
-// once the temporary file is written and synced, afterCompare between the
-// compare and the swap.
-var beforeCompare, afterCompare func(path string)
-
-// beforeRemoveIfUnchanged, nil outside tests, runs when removeIfUnchanged
-// is called, after its caller read the file.
-var beforeRemoveIfUnchanged func(path string)
-
-// maxRestores bounds how often replaceIfUnchanged puts back content that
+// maxRestores bounds how often ReplaceIfUnchanged puts back content that
 // other writers keep replacing while it restores.
 const maxRestores = 100
 
-// replaceIfUnchanged replaces path with data only when path still holds
-// old; otherwise nothing of data stays and errConflict is returned (the
+// ReplaceIfUnchanged replaces path with data only when path still holds
+// old; otherwise nothing of data stays and ErrConflict is returned (the
 // caller reads again and starts over). The file keeps its mode.
 //
 // No write of another writer that replaces the file (write and rename, as
@@ -95,7 +107,7 @@ const maxRestores = 100
 // any file written while doing so. Only where the file system cannot swap
 // does a plain rename follow the compare, which leaves the instant between
 // the two open.
-func replaceIfUnchanged(path string, old, data []byte) error {
+func ReplaceIfUnchanged(path string, old, data []byte) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return err
@@ -105,18 +117,18 @@ func replaceIfUnchanged(path string, old, data []byte) error {
 		return err
 	}
 	defer os.Remove(tmp) // after a swap it holds what was displaced
-	if beforeCompare != nil {
-		beforeCompare(path)
+	if racehook.BeforeCompare != nil {
+		racehook.BeforeCompare(path)
 	}
 	cur, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	if !bytes.Equal(cur, old) {
-		return errConflict
+		return ErrConflict
 	}
-	if afterCompare != nil {
-		afterCompare(path)
+	if racehook.AfterCompare != nil {
+		racehook.AfterCompare(path)
 	}
 	swapped, err := exchange(tmp, path)
 	if err != nil {
@@ -141,7 +153,7 @@ func replaceIfUnchanged(path string, old, data []byte) error {
 }
 
 // restoreDisplaced puts back the file another writer renamed over path just
-// before replaceIfUnchanged swapped its own in: tmp holds it, path holds
+// before ReplaceIfUnchanged swapped its own in: tmp holds it, path holds
 // ours. When yet another file replaced ours meanwhile, the newest one is
 // put back in turn, until the swap displaces what it was expected to.
 func restoreDisplaced(tmp, path string, ours []byte) error {
@@ -160,7 +172,7 @@ func restoreDisplaced(tmp, path string, ours []byte) error {
 		}
 		if bytes.Equal(got, expect) {
 			syncDir(filepath.Dir(path))
-			return errConflict
+			return ErrConflict
 		}
 		expect = putBack
 	}
@@ -180,10 +192,10 @@ func exchange(a, b string) (swapped bool, err error) {
 	return false, &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
 }
 
-// renameNoReplace renames from to to unless to exists (RENAME_NOREPLACE);
+// RenameNoReplace renames from to to unless to exists (RENAME_NOREPLACE);
 // renamed is false, with no error, when it does. Where the file system
 // cannot refuse atomically, an existence check precedes the rename.
-func renameNoReplace(from, to string) (renamed bool, err error) {
+func RenameNoReplace(from, to string) (renamed bool, err error) {
 	err = unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
 	switch {
 	case err == nil:
@@ -192,7 +204,7 @@ func renameNoReplace(from, to string) (renamed bool, err error) {
 	case errors.Is(err, unix.EEXIST):
 		return false, nil
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
-		if exists(to) {
+		if Exists(to) {
 			return false, nil
 		}
 		return true, os.Rename(from, to)
@@ -200,14 +212,14 @@ func renameNoReplace(from, to string) (renamed bool, err error) {
 	return false, &os.LinkError{Op: "rename (no replace)", Old: from, New: to, Err: err}
 }
 
-// removeIfUnchanged removes path only while it holds old: it is renamed
+// RemoveIfUnchanged removes path only while it holds old: it is renamed
 // aside (atomically), compared, and deleted, or, when another writer
 // replaced it in between, renamed back unless yet another file took its
-// place (then the displaced older content goes), and errConflict is
+// place (then the displaced older content goes), and ErrConflict is
 // returned. A missing file is not an error.
-func removeIfUnchanged(path string, old []byte) error {
-	if beforeRemoveIfUnchanged != nil {
-		beforeRemoveIfUnchanged(path)
+func RemoveIfUnchanged(path string, old []byte) error {
+	if racehook.BeforeRemoveIfUnchanged != nil {
+		racehook.BeforeRemoveIfUnchanged(path)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
@@ -227,14 +239,29 @@ func removeIfUnchanged(path string, old []byte) error {
 		syncDir(filepath.Dir(path))
 		return os.Remove(aside)
 	}
-	if _, rerr := renameNoReplace(aside, path); rerr != nil {
+	if _, rerr := RenameNoReplace(aside, path); rerr != nil {
 		return errors.Join(err, rerr)
 	}
 	os.Remove(aside) // still there only when a newer file took the name
 	if err != nil {
 		return err
 	}
-	return errConflict
+	return ErrConflict
+}
+
+// tempName matches the temporary files of writeTemp and copyBinary.
+var tempName = regexp.MustCompile(`^\.(.+)\.[0-9]+\.tmp$`)
+
+// TempTarget tells whether name is the name of a temporary file this
+// package writes (writeTemp and copyBinary) and, if so, the name of its
+// target. copyBinary drops a leading dot of the target's name, writeTemp
+// keeps it: ".x.1.tmp" stands for "x" or ".x".
+func TempTarget(name string) (target string, ok bool) {
+	m := tempName.FindStringSubmatch(name)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
 }
 
 func syncDir(dir string) {
@@ -244,13 +271,13 @@ func syncDir(dir string) {
 	}
 }
 
-func exists(path string) bool {
+func Exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
 }
 
-// removeIfExists removes path; a missing file is not an error.
-func removeIfExists(path string) error {
+// RemoveIfExists removes path; a missing file is not an error.
+func RemoveIfExists(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -270,8 +297,8 @@ func fileHash(path string) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// sameContent reports whether two files hold the same bytes.
-func sameContent(a, b string) (bool, error) {
+// SameContent reports whether two files hold the same bytes.
+func SameContent(a, b string) (bool, error) {
 	ha, err := fileHash(a)
 	if err != nil {
 		return false, err
@@ -283,12 +310,12 @@ func sameContent(a, b string) (bool, error) {
 	return bytes.Equal(ha, hb), nil
 }
 
-// sameBinary reports whether dst holds the same bytes as src. The copy
-// installBinary makes carries src's modification time, so equal size and
+// SameBinary reports whether dst holds the same bytes as src. The copy
+// InstallBinary makes carries src's modification time, so equal size and
 // time settle it without reading both files (the readiness probe runs every
 // few seconds and the plugin is tens of megabytes); anything else is decided
 // by comparing contents.
-func sameBinary(src, dst string) (bool, error) {
+func SameBinary(src, dst string) (bool, error) {
 	ss, err := os.Stat(src)
 	if err != nil {
 		return false, err
@@ -303,19 +330,19 @@ func sameBinary(src, dst string) (bool, error) {
 	if ss.ModTime().Equal(ds.ModTime()) {
 		return true, nil
 	}
-	return sameContent(src, dst)
+	return SameContent(src, dst)
 }
 
-// installBinary puts src into dir under name unless an identical file is
-// already there. When the staged copy (stageBinary) is identical to src it
+// InstallBinary puts src into dir under name unless an identical file is
+// already there. When the staged copy (StageBinary) is identical to src it
 // is renamed into place: putting the plugin back after another installer
 // removed it is then a metadata operation, not a copy of megabytes.
 // Otherwise src is copied beside the target and renamed over it. Either
 // way a runtime executing the plugin at that moment runs either the old or
 // the new binary, and a running old binary is not disturbed.
-func installBinary(src, dir, name string) (changed bool, err error) {
+func InstallBinary(src, dir, name string) (changed bool, err error) {
 	dst := filepath.Join(dir, name)
-	if same, err := sameBinary(src, dst); err == nil && same {
+	if same, err := SameBinary(src, dst); err == nil && same {
 		if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 == 0o111 {
 			return false, nil
 		}
@@ -340,13 +367,13 @@ func isStaged(src, staged string) bool {
 	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 != 0o111 {
 		return false
 	}
-	same, err := sameBinary(src, staged)
+	same, err := SameBinary(src, staged)
 	return err == nil && same
 }
 
-// stageBinary keeps a copy of src in dir under cniconf.StagedBinaryName,
-// for installBinary to rename into place; changed tells whether it wrote.
-func stageBinary(src, dir string) (changed bool, err error) {
+// StageBinary keeps a copy of src in dir under cniconf.StagedBinaryName,
+// for InstallBinary to rename into place; changed tells whether it wrote.
+func StageBinary(src, dir string) (changed bool, err error) {
 	staged := filepath.Join(dir, cniconf.StagedBinaryName)
 	if isStaged(src, staged) {
 		return false, nil
@@ -358,7 +385,7 @@ func stageBinary(src, dir string) (changed bool, err error) {
 }
 
 // copyBinary copies src to dst, executable, with src's modification time
-// (which sameBinary relies on): written and synced beside dst, then
+// (which SameBinary relies on): written and synced beside dst, then
 // renamed over it.
 func copyBinary(src, dst string) error {
 	in, err := os.Open(src)

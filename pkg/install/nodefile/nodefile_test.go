@@ -1,4 +1,4 @@
-package install
+package nodefile
 
 import (
 	"bytes"
@@ -11,32 +11,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/internal/racehook"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile/nodefiletest"
 )
-
-// foreignWrite replaces path the way another installer or the primary CNI
-// does: a file of its own renamed over it.
-func foreignWrite(t testing.TB, path string, data []byte) {
-	tmp := path + ".foreign"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Error(err)
-		return
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Error(err)
-	}
-}
-
-func setHook(t *testing.T, hook *func(string), f func(string)) {
-	t.Helper()
-	*hook = f
-	t.Cleanup(func() { *hook = nil })
-}
 
 func assertNoTemp(t *testing.T, dir string) {
 	t.Helper()
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if isOwnTemp(e.Name()) {
+		if _, ok := TempTarget(e.Name()); ok {
 			t.Errorf("temporary file %s left behind", e.Name())
 		}
 	}
@@ -48,11 +32,11 @@ func TestReplaceIfUnchangedWriteBeforeCompare(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "10-a.conflist")
 	os.WriteFile(p, []byte("v1"), 0o644)
 	calls := 0
-	setHook(t, &beforeCompare, func(path string) {
+	nodefiletest.BeforeCompare(t, func(path string) {
 		calls++
-		foreignWrite(t, path, []byte("foreign"))
+		nodefiletest.ForeignWrite(t, path, []byte("foreign"))
 	})
-	if err := replaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, errConflict) {
+	if err := ReplaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("err = %v, want conflict", err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != "foreign" || calls != 1 {
@@ -66,8 +50,8 @@ func TestReplaceIfUnchangedWriteBeforeCompare(t *testing.T) {
 func TestReplaceIfUnchangedWriteAfterCompare(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "10-a.conflist")
 	os.WriteFile(p, []byte("v1"), 0o644)
-	setHook(t, &afterCompare, func(path string) { foreignWrite(t, path, []byte("foreign")) })
-	if err := replaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, errConflict) {
+	nodefiletest.AfterCompare(t, func(path string) { nodefiletest.ForeignWrite(t, path, []byte("foreign")) })
+	if err := ReplaceIfUnchanged(p, []byte("v1"), []byte("mine")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("err = %v, want conflict", err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != "foreign" {
@@ -75,8 +59,8 @@ func TestReplaceIfUnchangedWriteAfterCompare(t *testing.T) {
 	}
 	assertNoTemp(t, filepath.Dir(p))
 	// Without a foreign write the replacement goes through.
-	afterCompare = nil
-	if err := replaceIfUnchanged(p, []byte("foreign"), []byte("mine")); err != nil {
+	racehook.AfterCompare = nil
+	if err := ReplaceIfUnchanged(p, []byte("foreign"), []byte("mine")); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != "mine" {
@@ -108,7 +92,7 @@ func TestReplaceIfUnchangedRace(t *testing.T) {
 			defer close(done)
 			for i := 0; i < writes; i++ {
 				time.Sleep(jitter[i])
-				foreignWrite(t, p, []byte(fmt.Sprintf("r%d-w%d", r, i)))
+				nodefiletest.ForeignWrite(t, p, []byte(fmt.Sprintf("r%d-w%d", r, i)))
 			}
 		}()
 		for stop := false; !stop; {
@@ -124,9 +108,9 @@ func TestReplaceIfUnchangedRace(t *testing.T) {
 			if bytes.HasSuffix(cur, []byte(ours)) {
 				continue
 			}
-			err = replaceIfUnchanged(p, cur, append(cur, ours...))
+			err = ReplaceIfUnchanged(p, cur, append(cur, ours...))
 			switch {
-			case errors.Is(err, errConflict):
+			case errors.Is(err, ErrConflict):
 				conflicts++
 			case err != nil:
 				t.Fatal(err)
