@@ -12,6 +12,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
 // Beside consul-k8s's own installer. consul-k8s's install-cni (the
@@ -89,7 +91,7 @@ func (in *Installer) judgeForeignEntry(ctx context.Context, raw []byte, listPath
 	kc := filepath.Join(in.cfg.NetDir, e.Kubeconfig)
 	b, err := os.ReadFile(kc)
 	if err != nil {
-		if os.IsNotExist(err) && modifiedWithin(listPath, foreignSettle) {
+		if os.IsNotExist(err) && nodefile.ModifiedWithin(listPath, foreignSettle) {
 			return keepEntryForNow
 		}
 		return replaceEntry
@@ -168,18 +170,12 @@ func (in *Installer) containerPath(hostPath string) string {
 	return filepath.Join(in.cfg.NetDir, rel)
 }
 
-// modifiedWithin reports whether path was modified less than d ago.
-func modifiedWithin(path string, d time.Duration) bool {
-	st, err := os.Stat(path)
-	return err == nil && time.Since(st.ModTime()) < d
-}
-
 // keepsForeignEntry reports whether the pass leaves the primary list p as
 // it is because its consul-cni entry, the last plugin, is consul-k8s's
 // installer's and that installer runs; st.Recheck is set while the entry's
 // kubeconfig is still to come.
-func (in *Installer) keepsForeignEntry(ctx context.Context, p Candidate, st *PassResult) bool {
-	s := FindEntry(p.Network)
+func (in *Installer) keepsForeignEntry(ctx context.Context, p conflist.Candidate, st *PassResult) bool {
+	s := conflist.FindEntry(p.Network)
 	if s.Count != 1 || !s.Last {
 		return false
 	}

@@ -13,6 +13,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -93,11 +95,11 @@ func TestJudgeForeignEntry(t *testing.T) {
 			in := n.installer(t, func(cfg *Config) { cfg.PodGone = podGone })
 			entry := c.entry
 			if entry == "" {
-				entry = string(in.Entry().json())
+				entry = string(in.Entry().JSON())
 			}
 			list := filepath.Join(n.net, "10-n.conflist")
-			writeFiles(t, n.net, map[string]string{"10-n.conflist": `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp"},` + entry + `]}`})
-			writeFiles(t, n.net, c.files)
+			conflisttest.WriteFiles(t, n.net, map[string]string{"10-n.conflist": `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp"},` + entry + `]}`})
+			conflisttest.WriteFiles(t, n.net, c.files)
 			if c.listAge > 0 {
 				if err := os.Chtimes(list, old, old); err != nil {
 					t.Fatal(err)
@@ -117,11 +119,11 @@ func TestPassLeavesConsulK8sEntry(t *testing.T) {
 	n := newHostDirs(t)
 	list := filepath.Join(n.net, "10-n.conflist")
 	theirs := `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp"},` + consulK8sEntryJSON("/etc/cni/net.d", consulK8sInstallationKubeconfig) + "]}\n"
-	writeFiles(t, n.net, map[string]string{
+	conflisttest.WriteFiles(t, n.net, map[string]string{
 		"10-n.conflist":                 theirs,
 		consulK8sInstallationKubeconfig: kubeconfigWith(t, "embedded", ""),
 	})
-	writeFiles(t, n.bin, map[string]string{cniconf.PluginType: "#!/bin/sh\necho consul-k8s's plugin\n"})
+	conflisttest.WriteFiles(t, n.bin, map[string]string{cniconf.PluginType: "#!/bin/sh\necho consul-k8s's plugin\n"})
 	in := n.installer(t)
 	st := reconcile(t, in)
 	for _, w := range st.Wrote {
@@ -167,7 +169,7 @@ func TestScanConfDirWaitsForAWriteInPlace(t *testing.T) {
 		time.Sleep(3 * restoreDebounce)
 		_ = os.WriteFile(list, []byte(`{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp"}]}`), 0o644)
 	}()
-	cands, err := ScanConfDir(dir)
+	cands, err := conflist.ScanConfDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,12 +179,12 @@ func TestScanConfDirWaitsForAWriteInPlace(t *testing.T) {
 
 	// A file broken long ago costs no wait.
 	old := time.Now().Add(-time.Minute)
-	writeFiles(t, dir, map[string]string{"05-broken.conflist": "{"})
+	conflisttest.WriteFiles(t, dir, map[string]string{"05-broken.conflist": "{"})
 	if err := os.Chtimes(filepath.Join(dir, "05-broken.conflist"), old, old); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	cands, err = ScanConfDir(dir)
+	cands, err = conflist.ScanConfDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
@@ -115,8 +116,8 @@ func New(cfg Config) (*Installer, error) {
 }
 
 // Entry is the chain entry the installer writes.
-func (in *Installer) Entry() PluginConfig {
-	return PluginConfig{
+func (in *Installer) Entry() conflist.PluginConfig {
+	return conflist.PluginConfig{
 		Name: cniconf.PluginName,
 		Type: cniconf.PluginType,
 		Settings: cniconf.Settings{
@@ -292,13 +293,13 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 // rescans the directory, since every write changes what the runtime sees.
 func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult, error) {
 	log := klog.FromContext(ctx)
-	entry := in.Entry().json()
+	entry := in.Entry().JSON()
 	for attempt := 0; attempt < 10; attempt++ {
-		cands, err := ScanConfDir(in.cfg.NetDir)
+		cands, err := conflist.ScanConfDir(in.cfg.NetDir)
 		if err != nil {
 			return st, err
 		}
-		p, bad, ok := Primary(cands)
+		p, bad, ok := conflist.Primary(cands)
 		for _, b := range bad {
 			log.Info("Skipping an invalid CNI configuration file", "file", b.Path, "err", b.Err.Error())
 		}
@@ -342,21 +343,21 @@ func (in *Installer) ensureChain(ctx context.Context, st PassResult) (PassResult
 // chainList makes the configuration list end with the entry, inline or, for
 // a network that takes plugins from its plugin directory, as the last file
 // there.
-func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginDir string, err error) {
-	l, err := decodeList(p.Raw)
+func (in *Installer) chainList(p conflist.Candidate, entry []byte) (changed bool, pluginDir string, err error) {
+	l, err := conflist.DecodeList(p.Raw)
 	if err != nil {
 		return false, "", err
 	}
-	inDir, err := usesPluginDir(p.Path, l)
+	inDir, err := conflist.UsesPluginDir(p.Path, l)
 	if err != nil {
 		return false, "", err
 	}
-	ours, err := pluginDirFiles(p.Path, l.name(), true)
+	ours, err := conflist.PluginDirFiles(p.Path, l.Name(), true)
 	if err != nil {
 		return false, "", err
 	}
 	if !inDir {
-		out, ch, err := ChainInline(p.Raw, entry)
+		out, ch, err := conflist.ChainInline(p.Raw, entry)
 		if err != nil {
 			return false, "", err
 		}
@@ -372,8 +373,8 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 		}
 		return ch || len(ours) > 0, "", nil
 	}
-	pluginDir = filepath.Join(filepath.Dir(p.Path), l.name())
-	out, ch, err := UnchainInline(p.Raw)
+	pluginDir = filepath.Join(filepath.Dir(p.Path), l.Name())
+	out, ch, err := conflist.UnchainInline(p.Raw)
 	if err != nil {
 		return false, pluginDir, err
 	}
@@ -383,11 +384,11 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 		}
 		changed = true
 	}
-	foreign, err := pluginDirFiles(p.Path, l.name(), false)
+	foreign, err := conflist.PluginDirFiles(p.Path, l.Name(), false)
 	if err != nil {
 		return false, pluginDir, err
 	}
-	target := filepath.Join(pluginDir, pluginDirEntryName(foreign))
+	target := filepath.Join(pluginDir, conflist.PluginDirEntryName(foreign))
 	for _, f := range ours {
 		if f != target {
 			if err := nodefile.RemoveIfExists(f); err != nil {
@@ -396,8 +397,8 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 			changed = true
 		}
 	}
-	if cur, err := os.ReadFile(target); err != nil || !sameJSON(cur, entry) {
-		body, err := marshalConfig(json.RawMessage(entry))
+	if cur, err := os.ReadFile(target); err != nil || !conflist.SameJSON(cur, entry) {
+		body, err := conflist.Marshal(json.RawMessage(entry))
 		if err != nil {
 			return false, pluginDir, err
 		}
@@ -414,8 +415,8 @@ func (in *Installer) chainList(p Candidate, entry []byte) (changed bool, pluginD
 // The new list is written before the old file moves, so the runtime always
 // finds a network. A .conflist of the same stem that was not made by an
 // earlier conversion is kept aside too.
-func (in *Installer) convert(p Candidate, entry []byte) error {
-	out, err := ConvertSingle(p.Raw, entry)
+func (in *Installer) convert(p conflist.Candidate, entry []byte) error {
+	out, err := conflist.ConvertSingle(p.Raw, entry)
 	if err != nil {
 		return err
 	}
@@ -698,18 +699,18 @@ func (in *Installer) VerifyInstalled() error {
 			return fmt.Errorf("plugin binary %s differs from %s", bin, in.cfg.PluginBinary)
 		}
 	}
-	cands, err := ScanConfDir(in.cfg.NetDir)
+	cands, err := conflist.ScanConfDir(in.cfg.NetDir)
 	if err != nil {
 		return err
 	}
-	p, _, ok := Primary(cands)
+	p, _, ok := conflist.Primary(cands)
 	if !ok {
 		return fmt.Errorf("no valid CNI network configuration in %s yet", in.cfg.NetDir)
 	}
 	if !p.List {
 		return fmt.Errorf("the runtime reads %s, a single-network file without consul-cni", p.Path)
 	}
-	s := FindEntry(p.Network)
+	s := conflist.FindEntry(p.Network)
 	switch {
 	case s.Count == 0:
 		return fmt.Errorf("consul-cni is not in the chain of %s (network %q)", p.Path, p.Network.Name)
@@ -717,7 +718,7 @@ func (in *Installer) VerifyInstalled() error {
 		return fmt.Errorf("consul-cni is not the last plugin, exactly once, of %s (%d entries)", p.Path, s.Count)
 	}
 	if in.cfg.Client != nil {
-		var e PluginConfig
+		var e conflist.PluginConfig
 		if err := json.Unmarshal(s.Entry, &e); err != nil {
 			return fmt.Errorf("consul-cni entry of %s: %w", p.Path, err)
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/containernetworking/cni/libcni"
@@ -44,7 +46,7 @@ func newHostDirs(t *testing.T) node {
 		src:   filepath.Join(root, "image/consul-cni"),
 		token: filepath.Join(root, "sa/token"),
 	}
-	writeFiles(t, root, map[string]string{
+	conflisttest.WriteFiles(t, root, map[string]string{
 		"image/consul-cni": "#!/bin/sh\necho plugin v1\n",
 		"sa/token":         "token-1\n",
 	})
@@ -156,44 +158,44 @@ func TestReconcilePrimaries(t *testing.T) {
 		wantFiles []string // files that must exist afterwards
 		gone      []string // files that must not
 	}{
-		{name: "conflist", files: map[string]string{"10-kindnet.conflist": kindnet}, wantTypes: []string{"ptp", "portmap"}},
+		{name: "conflist", files: map[string]string{"10-kindnet.conflist": conflisttest.Kindnet}, wantTypes: []string{"ptp", "portmap"}},
 		{name: "conf converted", files: map[string]string{"10-flannel.conf": flannelConf},
 			wantTypes: []string{"flannel"},
 			wantFiles: []string{"10-flannel.conflist", "10-flannel.conf" + BackupSuffix}, gone: []string{"10-flannel.conf"}},
-		{name: "json converted", files: map[string]string{"05-br.json": bridgeJSON, "10-kindnet.conflist": kindnet},
+		{name: "json converted", files: map[string]string{"05-br.json": bridgeJSON, "10-kindnet.conflist": conflisttest.Kindnet},
 			wantTypes: []string{"bridge"},
 			wantFiles: []string{"05-br.conflist", "05-br.json" + BackupSuffix, "10-kindnet.conflist"}},
 		{name: "conf shadowing a foreign conflist of the same stem", files: map[string]string{
-			"10-flannel.conf": flannelConf, "10-flannel.conflist": kindnet},
+			"10-flannel.conf": flannelConf, "10-flannel.conflist": conflisttest.Kindnet},
 			wantTypes: []string{"flannel"},
 			wantFiles: []string{"10-flannel.conflist", "10-flannel.conf" + BackupSuffix, "10-flannel.conflist" + BackupSuffix}},
 		{name: "invalid file before the primary", files: map[string]string{
-			"00-half-written.conflist": `{"name":"x","plugins":[{"ty`, "10-kindnet.conflist": kindnet},
+			"00-half-written.conflist": `{"name":"x","plugins":[{"ty`, "10-kindnet.conflist": conflisttest.Kindnet},
 			wantTypes: nil /* containerd refuses the broken first file; checked below */},
 		{name: "consul-cni in the middle and twice", files: map[string]string{
-			"10-n.conflist": `{"name":"n","cniVersion":"1.0.0","plugins":[` + string(testEntry) + `,{"type":"ptp","ipam":{"type":"host-local"}},` + string(testEntry) + `,{"type":"tuning"}]}`},
+			"10-n.conflist": `{"name":"n","cniVersion":"1.0.0","plugins":[` + string(conflisttest.Entry) + `,{"type":"ptp","ipam":{"type":"host-local"}},` + string(conflisttest.Entry) + `,{"type":"tuning"}]}`},
 			wantTypes: []string{"ptp", "tuning"}},
 		{name: "plugins only in the plugin directory", files: map[string]string{
 			"10-dir.conflist":       `{"name":"dirnet","cniVersion":"1.1.0"}`,
 			"dirnet/10-ptp.conf":    `{"type":"ptp","ipam":{"type":"host-local"}}`,
 			"dirnet/20-tuning.conf": `{"type":"tuning"}`},
-			wantTypes: []string{"ptp", "tuning"}, wantFiles: []string{"dirnet/" + pluginDirFile}},
+			wantTypes: []string{"ptp", "tuning"}, wantFiles: []string{"dirnet/" + conflist.PluginDirFile}},
 		{name: "inline plugins and plugin directory", files: map[string]string{
-			"10-dir.conflist":    `{"name":"dirnet","cniVersion":"1.1.0","plugins":[{"type":"bridge"},` + string(testEntry) + `]}`,
+			"10-dir.conflist":    `{"name":"dirnet","cniVersion":"1.1.0","plugins":[{"type":"bridge"},` + string(conflisttest.Entry) + `]}`,
 			"dirnet/10-ptp.conf": `{"type":"ptp"}`},
-			wantTypes: []string{"bridge", "ptp"}, wantFiles: []string{"dirnet/" + pluginDirFile}},
+			wantTypes: []string{"bridge", "ptp"}, wantFiles: []string{"dirnet/" + conflist.PluginDirFile}},
 		{name: "plugin directory ignored when only inlined plugins load", files: map[string]string{
 			"10-dir.conflist":    `{"name":"dirnet","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}`,
 			"dirnet/10-ptp.conf": `{"type":"ptp"}`},
-			wantTypes: []string{"bridge"}, gone: []string{"dirnet/" + pluginDirFile}},
+			wantTypes: []string{"bridge"}, gone: []string{"dirnet/" + conflist.PluginDirFile}},
 		{name: "plugin directory sorting after ours", files: map[string]string{
 			"10-dir.conflist":      `{"name":"dirnet","cniVersion":"1.1.0"}`,
 			"dirnet/zzzz-foo.conf": `{"type":"tuning"}`},
-			wantTypes: []string{"tuning"}, wantFiles: []string{"dirnet/zzzz-foo.conf-" + pluginDirFile}},
+			wantTypes: []string{"tuning"}, wantFiles: []string{"dirnet/zzzz-foo.conf-" + conflist.PluginDirFile}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newHostDirs(t)
-			writeFiles(t, n.net, tc.files)
+			conflisttest.WriteFiles(t, n.net, tc.files)
 			before := snapshot(t, n.net)
 			in := n.installer(t)
 			ctx := context.Background()
@@ -209,9 +211,9 @@ func TestReconcilePrimaries(t *testing.T) {
 			} else {
 				// A strict runtime fails on the broken first file; the first
 				// valid one (what CRI-O and kubelet use) is chained.
-				c, _ := ScanConfDir(n.net)
-				p, _, _ := Primary(c)
-				if s := FindEntry(p.Network); !s.Last {
+				c, _ := conflist.ScanConfDir(n.net)
+				p, _, _ := conflist.Primary(c)
+				if s := conflist.FindEntry(p.Network); !s.Last {
 					t.Fatalf("first valid network not chained: %+v", s)
 				}
 			}
@@ -250,12 +252,12 @@ func TestReconcilePrimaries(t *testing.T) {
 				case !ok:
 					t.Errorf("uninstall lost %s", name)
 				case strings.HasSuffix(name, ".conflist") && strings.Contains(body, cniconf.PluginType):
-					out, _, _ := UnchainInline([]byte(body))
-					if !sameJSON([]byte(got), out) {
+					out, _, _ := conflist.UnchainInline([]byte(body))
+					if !conflist.SameJSON([]byte(got), out) {
 						t.Errorf("%s after uninstall:\n%s", name, got)
 					}
 				case strings.HasSuffix(name, ".conflist"):
-					if got != body && !sameJSON([]byte(got), []byte(body)) {
+					if got != body && !conflist.SameJSON([]byte(got), []byte(body)) {
 						t.Errorf("%s after uninstall:\n%s\nwant\n%s", name, got, body)
 					}
 				case got != body:
@@ -305,7 +307,7 @@ func TestReconcileWaitsForPrimary(t *testing.T) {
 			t.Errorf("%s missing", f)
 		}
 	}
-	c, _ := ScanConfDir(n.net)
+	c, _ := conflist.ScanConfDir(n.net)
 	if len(c) != 0 {
 		t.Errorf("installer created a network configuration on its own: %v", c)
 	}
@@ -314,7 +316,7 @@ func TestReconcileWaitsForPrimary(t *testing.T) {
 func TestBinaryAtomicCopy(t *testing.T) {
 	n := newHostDirs(t)
 	in := n.installer(t)
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +332,7 @@ func TestBinaryAtomicCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	writeFiles(t, n.root, map[string]string{"image/consul-cni": "#!/bin/sh\necho plugin v2\n"})
+	conflisttest.WriteFiles(t, n.root, map[string]string{"image/consul-cni": "#!/bin/sh\necho plugin v2\n"})
 	if err := in.VerifyInstalled(); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("Ready with an outdated binary = %v", err)
 	}
@@ -368,19 +370,19 @@ func TestReadyFailures(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no binary", setup: func(t *testing.T, n node, in *Installer) {
-			writeFiles(t, n.net, map[string]string{"10-a.conflist": `{"name":"a","plugins":[{"type":"ptp"},` + string(testEntry) + `]}`})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"10-a.conflist": `{"name":"a","plugins":[{"type":"ptp"},` + string(conflisttest.Entry) + `]}`})
 		}, wantErr: "plugin binary"},
 		{name: "single network file read by the runtime", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			writeFiles(t, n.net, map[string]string{"00-new.conf": flannelConf})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"00-new.conf": flannelConf})
 		}, wantErr: "single-network file"},
 		{name: "primary rewritten without consul-cni", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 		}, wantErr: "not in the chain"},
 		{name: "new primary sorts first", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
-			writeFiles(t, n.net, map[string]string{"05-calico.conflist": kindnet})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"05-calico.conflist": conflisttest.Kindnet})
 		}, wantErr: "not in the chain of " + "X/05-calico.conflist"},
 		{name: "another plugin appended after ours", setup: func(t *testing.T, n node, in *Installer) {
 			reconcile(t, in)
@@ -404,7 +406,7 @@ func TestReadyFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newHostDirs(t)
 			in := n.installer(t)
-			writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 			tc.setup(t, n, in)
 			err := in.VerifyInstalled()
 			want := strings.ReplaceAll(tc.wantErr, "X/", n.net+"/")
@@ -436,7 +438,7 @@ func assertRuntimeChainedAny(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := FindEntry(l); !s.Last {
+	if s := conflist.FindEntry(l); !s.Last {
 		t.Fatalf("runtime network %s: %v", f, chainTypes(l))
 	}
 }
@@ -521,7 +523,7 @@ func swapToken(t *testing.T, n node, token string) {
 		}
 	}
 	ts := fmt.Sprintf("..%d", time.Now().UnixNano())
-	writeFiles(t, dir, map[string]string{ts + "/token": token})
+	conflisttest.WriteFiles(t, dir, map[string]string{ts + "/token": token})
 	tmp := filepath.Join(dir, "..data_tmp")
 	os.Remove(tmp)
 	if err := os.Symlink(ts, tmp); err != nil {
@@ -633,12 +635,12 @@ func TestRunWatchesAndReappends(t *testing.T) {
 	}
 
 	// The primary CNI writes its configuration: chained without a resync.
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	poll.Eventually(t, 2*time.Minute, "chained", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 
 	// The primary CNI rewrites its file (e.g. after its own restart).
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": strings.Replace(kindnet, "1500", "1450", 1)})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": strings.Replace(conflisttest.Kindnet, "1500", "1450", 1)})
 	poll.Eventually(t, 2*time.Minute, "re-chained after rewrite", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "ptp", "portmap")
 	if b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist")); !strings.Contains(string(b), "1450") {
@@ -646,7 +648,7 @@ func TestRunWatchesAndReappends(t *testing.T) {
 	}
 
 	// A different CNI takes over with a file that sorts first, as a .conf.
-	writeFiles(t, n.net, map[string]string{"05-flannel.conf": flannelConf})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"05-flannel.conf": flannelConf})
 	poll.Eventually(t, 2*time.Minute, "new primary converted and chained", in.VerifyInstalled)
 	assertRuntimeChained(t, n.net, "flannel")
 
@@ -684,11 +686,11 @@ func TestRunSurvivesDirectoryReplacement(t *testing.T) {
 	// watch moves to the new directory.
 	n := newHostDirs(t)
 	in := n.installer(t, func(c *Config) { c.Resync = 100 * time.Millisecond })
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	startRun(t, in)
 	poll.Eventually(t, 2*time.Minute, "chained", in.VerifyInstalled)
 	tmp := n.net + ".new"
-	writeFiles(t, tmp, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, tmp, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, n.net, unix.RENAME_EXCHANGE); err != nil {
 		t.Fatal(err)
 	}
@@ -699,7 +701,7 @@ func TestRunSurvivesDirectoryReplacement(t *testing.T) {
 func TestBinaryCorruptedInPlace(t *testing.T) {
 	n := newHostDirs(t)
 	in := n.installer(t)
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	reconcile(t, in)
 	dst := filepath.Join(n.bin, cniconf.PluginType)
 	// Same size, other bytes, written in place (its time changes).
@@ -731,7 +733,7 @@ func BenchmarkReady(b *testing.B) {
 	os.MkdirAll(n.net, 0o755)
 	os.WriteFile(n.src, make([]byte, 40<<20), 0o755)
 	os.WriteFile(n.token, []byte("t"), 0o600)
-	os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(kindnet), 0o644)
+	os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(conflisttest.Kindnet), 0o644)
 	in, err := New(Config{BinDir: n.bin, NetDir: n.net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
 		PluginBinary: n.src, Client: &ClientSource{Server: "https://h", TokenFile: n.token}})
 	if err != nil {
@@ -758,7 +760,7 @@ func BenchmarkReconcileSteadyState(b *testing.B) {
 	src, token := filepath.Join(root, "consul-cni"), filepath.Join(root, "token")
 	os.WriteFile(src, make([]byte, 40<<20), 0o755)
 	os.WriteFile(token, []byte("t"), 0o600)
-	os.WriteFile(filepath.Join(net, "10-kindnet.conflist"), []byte(kindnet), 0o644)
+	os.WriteFile(filepath.Join(net, "10-kindnet.conflist"), []byte(conflisttest.Kindnet), 0o644)
 	in, _ := New(Config{BinDir: bin, NetDir: net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
 		PluginBinary: src, Client: &ClientSource{Server: "https://h", TokenFile: token}})
 	ctx := klog.NewContext(context.Background(), klog.Background().V(10))
@@ -780,7 +782,7 @@ func BenchmarkReconcileSteadyState(b *testing.B) {
 func TestChainsEvenWithoutCredentials(t *testing.T) {
 	n := newHostDirs(t)
 	in := n.installer(t)
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	os.Remove(n.token)
 	st, err := in.Reconcile(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "service-account token") {
@@ -799,7 +801,7 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	// No kubeconfig at all (it could not be written): not chained.
 	nk := newHostDirs(t)
 	ink := nk.installer(t)
-	writeFiles(t, nk.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, nk.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	writeKubeconfig = func(string, []byte, fs.FileMode) error { return errors.New("disk full") }
 	t.Cleanup(func() { writeKubeconfig = nodefile.WriteAtomic })
 	if _, err := ink.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "not chained") {
@@ -814,7 +816,7 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	// through), so the chain is written and the error reported.
 	nd := newHostDirs(t)
 	ind := nd.installer(t)
-	writeFiles(t, nd.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, nd.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	if err := os.Mkdir(filepath.Join(nd.net, cniconf.KubeconfigFileName), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -829,7 +831,7 @@ func TestChainsEvenWithoutCredentials(t *testing.T) {
 	// fail, mesh or not.
 	n2 := newHostDirs(t)
 	in2 := n2.installer(t)
-	writeFiles(t, n2.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n2.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	os.Remove(n2.src)
 	if _, err := in2.Reconcile(context.Background()); err == nil {
 		t.Fatal("no error without a plugin binary")

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -229,7 +230,7 @@ func (in *Installer) configsNaming(name string) ([]string, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || !slices.Contains(configExtensions, filepath.Ext(path)) {
+		if !d.Type().IsRegular() || !slices.Contains(conflist.Extensions, filepath.Ext(path)) {
 			return nil
 		}
 		b, err := os.ReadFile(path)

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 )
 
 // leaveWorld is an installer pod of DaemonSet ns/consul-cni on node n1,
@@ -201,7 +202,7 @@ func TestStopDecidesFromTheAPI(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newHostDirs(t)
-			writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 			asked := 0
 			in := n.installer(t, func(c *Config) {
 				c.Decide = func(ctx context.Context) (Decision, error) {

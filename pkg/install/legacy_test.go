@@ -13,6 +13,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -94,7 +96,7 @@ func entryKubeconfig(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var l struct{ Plugins []PluginConfig }
+	var l struct{ Plugins []conflist.PluginConfig }
 	if err := json.Unmarshal(b, &l); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestKubeconfigSurvivesConsulK8sCleanup(t *testing.T) {
 // ours, is gone.
 func TestUpgradeFromLegacyKubeconfigName(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{
+	conflisttest.WriteFiles(t, n.net, map[string]string{
 		"10-n.conflist":                  listWithEntry(cniconf.LegacyKubeconfigFileName),
 		cniconf.LegacyKubeconfigFileName: string(legacyKubeconfig(t)),
 		cniconf.TokenFileName:            "token-1",
@@ -157,7 +159,7 @@ func TestUpgradeFromLegacyKubeconfigName(t *testing.T) {
 func TestConsulK8sKubeconfigKept(t *testing.T) {
 	n := newHostDirs(t)
 	theirs := consulK8sKubeconfig(t)
-	writeFiles(t, n.net, map[string]string{
+	conflisttest.WriteFiles(t, n.net, map[string]string{
 		"10-n.conflist":                     listWithEntry(cniconf.ConsulK8sKubeconfigFileName),
 		cniconf.ConsulK8sKubeconfigFileName: string(theirs),
 	})
@@ -184,7 +186,7 @@ func TestConsulK8sKubeconfigKept(t *testing.T) {
 	}
 	// consul-k8s's entry put back beside ours, in another list: uninstall
 	// keeps it, its kubeconfig and the binary it runs.
-	writeFiles(t, n.net, map[string]string{"20-other.conflist": listWithEntry(cniconf.ConsulK8sKubeconfigFileName)})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"20-other.conflist": listWithEntry(cniconf.ConsulK8sKubeconfigFileName)})
 	res, err := in.Uninstall(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -199,12 +201,12 @@ func TestConsulK8sKubeconfigKept(t *testing.T) {
 // shared name) removes its entry and that kubeconfig too.
 func TestUninstallRemovesLegacyKubeconfig(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{
+	conflisttest.WriteFiles(t, n.net, map[string]string{
 		"10-n.conflist":                  listWithEntry(cniconf.LegacyKubeconfigFileName),
 		cniconf.LegacyKubeconfigFileName: string(legacyKubeconfig(t)),
 		cniconf.TokenFileName:            "token-1",
 	})
-	writeFiles(t, n.bin, map[string]string{cniconf.PluginType: "#!/bin/sh\n"})
+	conflisttest.WriteFiles(t, n.bin, map[string]string{cniconf.PluginType: "#!/bin/sh\n"})
 	in := n.installer(t)
 	left, err := in.Leftovers()
 	if err != nil || !strings.Contains(strings.Join(left, ","), cniconf.LegacyKubeconfigFileName) {
@@ -214,7 +216,7 @@ func TestUninstallRemovesLegacyKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(filepath.Join(n.net, "10-n.conflist"))
-	if listHasPlugin(b) {
+	if conflist.HasPlugin(b) {
 		t.Errorf("the earlier installer's entry is left:\n%s", b)
 	}
 	for _, f := range []string{filepath.Join(n.net, cniconf.LegacyKubeconfigFileName), filepath.Join(n.bin, cniconf.PluginType)} {
@@ -268,7 +270,7 @@ func TestRestoreRenamesStagedBinary(t *testing.T) {
 // written over) is never renamed into place.
 func TestStaleStagedBinaryNotUsed(t *testing.T) {
 	n, in := installed(t)
-	writeFiles(t, n.bin, map[string]string{cniconf.StagedBinaryName: "#!/bin/sh\necho stale\n"})
+	conflisttest.WriteFiles(t, n.bin, map[string]string{cniconf.StagedBinaryName: "#!/bin/sh\necho stale\n"})
 	if err := os.Chmod(filepath.Join(n.bin, cniconf.StagedBinaryName), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -316,11 +318,11 @@ func TestLegacyKubeconfigKeptWhileNamed(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			n := newHostDirs(t)
 			stale := strings.Replace(string(legacyKubeconfig(t)), "10.96.0.1", "10.96.0.2", 1)
-			writeFiles(t, n.net, map[string]string{
+			conflisttest.WriteFiles(t, n.net, map[string]string{
 				"10-n.conflist":                  listWithEntry(cniconf.LegacyKubeconfigFileName),
 				cniconf.LegacyKubeconfigFileName: stale,
 			})
-			writeFiles(t, n.net, c.files)
+			conflisttest.WriteFiles(t, n.net, c.files)
 			in := n.installer(t, func(cfg *Config) { cfg.Multus = c.multus })
 			reconcile(t, in)
 			if kc := entryKubeconfig(t, filepath.Join(n.net, "10-n.conflist")); kc != cniconf.KubeconfigFileName {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -46,7 +48,7 @@ const ownerTestList = `{"cniVersion":"1.0.0","name":"kindnet","plugins":[{"type"
 func twoVersions(t *testing.T) (n node, older, newer *Installer) {
 	t.Helper()
 	n = newHostDirs(t)
-	writeFiles(t, n.root, map[string]string{
+	conflisttest.WriteFiles(t, n.root, map[string]string{
 		"etc/cni/net.d/10-kindnet.conflist": ownerTestList,
 		"image2/consul-cni":                 "#!/bin/sh\necho plugin v2\n",
 	})
@@ -93,7 +95,7 @@ func TestOlderInstallerNeverOverwritesNewer(t *testing.T) {
 				t.Errorf("installed binary is not the newer one (same=%v, err=%v)", same, err)
 			}
 			b, _ := os.ReadFile(filepath.Join(n.net, "10-kindnet.conflist"))
-			var l struct{ Plugins []PluginConfig }
+			var l struct{ Plugins []conflist.PluginConfig }
 			if err := json.Unmarshal(b, &l); err != nil || len(l.Plugins) != 2 || l.Plugins[1].LogLevel != "debug" {
 				t.Errorf("chain is not the newer installer's: %s", b)
 			}
@@ -108,7 +110,7 @@ func TestOlderInstallerTakesOverFromGoneOwner(t *testing.T) {
 	n, older, newer := twoVersions(t)
 	reconcile(t, newer)
 	// The newer installer's pod is known and gone (a rollback).
-	writeFiles(t, n.root, map[string]string{"etc/cni/net.d/" + cniconf.OwnerFileName: `{"version":"v0.2.0","namespace":"kube-system","pod":"consul-cni-new","uid":"u-2"}`})
+	conflisttest.WriteFiles(t, n.root, map[string]string{"etc/cni/net.d/" + cniconf.OwnerFileName: `{"version":"v0.2.0","namespace":"kube-system","pod":"consul-cni-new","uid":"u-2"}`})
 	var asked []string
 	older.cfg.PodAlive = func(_ context.Context, ns, name, uid string) (bool, error) {
 		asked = append(asked, ns+"/"+name+"/"+uid)
@@ -146,7 +148,7 @@ func TestDevBuildYieldsToRelease(t *testing.T) {
 // list, and the first, still running, never writes back.
 func TestSameVersionOverlapConverges(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.root, map[string]string{
+	conflisttest.WriteFiles(t, n.root, map[string]string{
 		"etc/cni/net.d/10-kindnet.conflist": ownerTestList,
 		"sa-a/token":                        fakeToken("consul-cni-a", "uid-a", time.Now().Add(time.Hour)),
 		"sa-b/token":                        fakeToken("consul-cni-b", "uid-b", time.Now().Add(time.Hour)),
@@ -192,7 +194,7 @@ func TestSameVersionOverlapConverges(t *testing.T) {
 	if writes != 2 {
 		t.Errorf("list writes = %d, want 2 (the first installer's, then the second's once)", writes)
 	}
-	var l struct{ Plugins []PluginConfig }
+	var l struct{ Plugins []conflist.PluginConfig }
 	raw, _ := os.ReadFile(list)
 	if err := json.Unmarshal(raw, &l); err != nil || l.Plugins[len(l.Plugins)-1].Backend != cniconf.BackendNftables {
 		t.Errorf("entry after the overlap: %s; want the second installer's (backend nftables)", raw)

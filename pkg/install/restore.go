@@ -7,6 +7,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 )
 
 // restoreDebounce is how soon a pass follows an event that can mean
@@ -18,9 +19,9 @@ import (
 // writing the list in place, then removes the binary and its kubeconfig;
 // new sandboxes are created without the plugin until the pass puts
 // everything back. A list read while it is being written in place is read
-// again (loadSettled). Every other event waits Config.Debounce for its
-// writer to finish.
-const restoreDebounce = 5 * time.Millisecond
+// again every restoreDebounce (conflist.SettleStep). Every other event waits
+// Config.Debounce for its writer to finish.
+const restoreDebounce = conflist.SettleStep
 
 // debounceFor returns how long Run waits after ev before its pass.
 func (in *Installer) debounceFor(ev fsnotify.Event) time.Duration {
@@ -34,7 +35,7 @@ func (in *Installer) debounceFor(ev fsnotify.Event) time.Duration {
 		}
 	}
 	if (ev.Has(fsnotify.Create) || ev.Has(fsnotify.Write)) && dir == filepath.Clean(in.cfg.NetDir) {
-		for _, ext := range configExtensions {
+		for _, ext := range conflist.Extensions {
 			if filepath.Ext(base) == ext {
 				return restoreDebounce
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -47,7 +48,7 @@ func ownTarget(target string, bin bool) bool {
 	case cniconf.KubeconfigFileName, cniconf.LegacyKubeconfigFileName, cniconf.TokenFileName, cniconf.OwnerFileName:
 		return true
 	}
-	return slices.Contains(configExtensions, filepath.Ext(target))
+	return slices.Contains(conflist.Extensions, filepath.Ext(target))
 }
 
 // tempFiles lists the installer's temporary files in the bin directory, the

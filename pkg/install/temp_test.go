@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -18,7 +19,7 @@ import (
 // Leftovers lists them at any age and uninstall removes them.
 func TestTemporaryFilesOfKilledWriters(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"10-n.conflist": ptpList, "dirnet/.keep": ""})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-n.conflist": ptpList, "dirnet/.keep": ""})
 	old := time.Now().Add(-2 * staleTempAge)
 	files := map[string]bool{ // path -> removed at start
 		filepath.Join(n.bin, ".consul-cni.2596996162.tmp"):             true,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"os"
 	"path/filepath"
@@ -79,11 +80,11 @@ func TestTokenDecision(t *testing.T) {
 // the new pod's token soon after the old pod starts terminating.
 func TestRollingUpdateTokenHandover(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	exp := time.Now().Add(time.Hour)
 	oldTok := fakeToken("consul-cni-old", "uid-old", exp.Add(10*time.Minute)) // rotated: expires later
 	newTok := fakeToken("consul-cni-new", "uid-new", exp)
-	writeFiles(t, n.root, map[string]string{"old/token": oldTok, "new/token": newTok})
+	conflisttest.WriteFiles(t, n.root, map[string]string{"old/token": oldTok, "new/token": newTok})
 
 	var oldAlive atomic.Bool
 	oldAlive.Store(true)

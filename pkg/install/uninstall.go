@@ -15,8 +15,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
+
+// BackupSuffix is appended to a single-network file (.conf/.json) once it
+// has been converted into a .conflist, so that the runtime no longer reads
+// it, and to a .conflist the conversion had to replace.
+const BackupSuffix = ".consul-cni-orig"
 
 // UninstallResult says what Uninstall found of the installer's on the node.
 type UninstallResult struct {
@@ -119,7 +125,7 @@ func (in *Installer) remove(path string, res *UninstallResult) error {
 // of ours wrote it under while the file there is theirs (consul-k8s's
 // installer uses that name too).
 func (in *Installer) isOurs(raw []byte) bool {
-	var e PluginConfig
+	var e conflist.PluginConfig
 	if json.Unmarshal(raw, &e) != nil || e.Type != cniconf.PluginType {
 		return false
 	}
@@ -195,7 +201,7 @@ func (in *Installer) restoreSingle(ctx context.Context, orig string) (rewritten 
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return false, err
-	case !convertedFrom(conv, old):
+	case !conflist.ConvertedFrom(conv, old):
 		log.Info("Keeping a configuration list written since the conversion; dropping the stale file it replaced", "list", converted, "stale", backup)
 		return true, nodefile.RemoveIfExists(backup)
 	default:
@@ -235,27 +241,6 @@ func (in *Installer) restoreList(ctx context.Context, orig string, stale bool) e
 	return err
 }
 
-// convertedFrom reports whether list is what converting single made of it
-// (ConvertSingle), consul-cni entries aside.
-func convertedFrom(list, single []byte) bool {
-	want, err := ConvertSingle(single, []byte(`{"type":"`+cniconf.PluginType+`"}`))
-	if err != nil {
-		return false
-	}
-	norm := func(b []byte) ([]byte, bool) {
-		l, err := decodeList(b)
-		if err != nil {
-			return nil, false
-		}
-		l.withoutPlugin()
-		out, err := l.encode()
-		return out, err == nil
-	}
-	a, okA := norm(list)
-	b, okB := norm(want)
-	return okA && okB && sameJSON(a, b)
-}
-
 // unchainAll removes the installer's entries from every configuration list
 // and plugin directory, starting over when another writer changed a list
 // meanwhile (as ensureChain does), until a pass finds nothing of ours.
@@ -277,7 +262,7 @@ func (in *Installer) unchainAll(ctx context.Context, res *UninstallResult) error
 
 func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (changed bool, err error) {
 	log := klog.FromContext(ctx)
-	cands, err := ScanConfDir(in.cfg.NetDir)
+	cands, err := conflist.ScanConfDir(in.cfg.NetDir)
 	if err != nil {
 		return false, err
 	}
@@ -285,12 +270,12 @@ func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (cha
 		if !c.List || c.Raw == nil {
 			continue
 		}
-		l, err := decodeList(c.Raw)
+		l, err := conflist.DecodeList(c.Raw)
 		if err != nil {
 			continue // not a list we can edit; nothing of ours can be in it
 		}
-		if l.withoutEntries(in.isOurs) {
-			out, err := l.encode()
+		if l.WithoutEntries(in.isOurs) {
+			out, err := l.Encode()
 			if err != nil {
 				return changed, err
 			}
@@ -301,7 +286,7 @@ func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (cha
 			res.Removed = append(res.Removed, filepath.Base(c.Path)+": entry")
 			log.Info("Removed consul-cni from a configuration list", "file", c.Path)
 		}
-		files, err := pluginDirFiles(c.Path, l.name(), true)
+		files, err := conflist.PluginDirFiles(c.Path, l.Name(), true)
 		if err != nil {
 			return changed, err
 		}
@@ -323,7 +308,7 @@ func (in *Installer) unchainPass(ctx context.Context, res *UninstallResult) (cha
 // loads it) holds a consul-cni entry of the installer's (ours) or of
 // another installer (foreign).
 func (in *Installer) entriesLeft() (ours, foreign []string, err error) {
-	cands, err := ScanConfDir(in.cfg.NetDir)
+	cands, err := conflist.ScanConfDir(in.cfg.NetDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, err
 	}
@@ -364,7 +349,7 @@ func (in *Installer) Leftovers() ([]string, error) {
 			left = append(left, e.Name())
 		}
 	}
-	cands, err := ScanConfDir(in.cfg.NetDir)
+	cands, err := conflist.ScanConfDir(in.cfg.NetDir)
 	if err != nil {
 		return nil, err
 	}
@@ -372,16 +357,16 @@ func (in *Installer) Leftovers() ([]string, error) {
 		if !c.List || c.Raw == nil {
 			continue
 		}
-		l, err := decodeList(c.Raw)
+		l, err := conflist.DecodeList(c.Raw)
 		if err != nil {
 			continue
 		}
-		for _, p := range l.plugins {
+		for _, p := range l.Plugins() {
 			if in.isOurs(p) {
 				left = append(left, filepath.Base(c.Path)+": entry")
 			}
 		}
-		files, err := pluginDirFiles(c.Path, l.name(), true)
+		files, err := conflist.PluginDirFiles(c.Path, l.Name(), true)
 		if err != nil {
 			return nil, err
 		}

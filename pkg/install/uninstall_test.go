@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile/nodefiletest"
 )
@@ -22,7 +24,7 @@ const ptpList = `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam
 func installed(t *testing.T) (node, *Installer) {
 	t.Helper()
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"10-n.conflist": ptpList})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-n.conflist": ptpList})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
@@ -53,7 +55,7 @@ func TestUninstallRetriesConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(list)
-	if listHasPlugin(b) || !strings.Contains(string(b), `"rewritten"`) || writes != 1 {
+	if conflist.HasPlugin(b) || !strings.Contains(string(b), `"rewritten"`) || writes != 1 {
 		t.Fatalf("list after uninstall (%d foreign writes):\n%s", writes, b)
 	}
 	for _, f := range []string{filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.bin, cniconf.PluginType)} {
@@ -82,7 +84,7 @@ func TestUninstallKeepsFilesWhileAListIsNotClean(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	b, _ := os.ReadFile(list)
-	if !listHasPlugin(b) {
+	if !conflist.HasPlugin(b) {
 		t.Fatalf("entry gone:\n%s", b)
 	}
 	for _, f := range []string{filepath.Join(n.net, cniconf.KubeconfigFileName), filepath.Join(n.net, cniconf.TokenFileName), filepath.Join(n.bin, cniconf.PluginType)} {
@@ -99,15 +101,15 @@ func TestUninstallKeepsAnotherInstallersBinary(t *testing.T) {
 	other := in.Entry()
 	other.Kubeconfig = "other-installer-kubeconfig"
 	ob, _ := json.Marshal(other)
-	writeFiles(t, n.net, map[string]string{"20-other.conflist": `{"name":"o","cniVersion":"1.0.0","plugins":[{"type":"bridge"},` + string(ob) + `]}`})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"20-other.conflist": `{"name":"o","cniVersion":"1.0.0","plugins":[{"type":"bridge"},` + string(ob) + `]}`})
 	res, err := in.Uninstall(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(n.net, "10-n.conflist")); listHasPlugin(b) {
+	if b, _ := os.ReadFile(filepath.Join(n.net, "10-n.conflist")); conflist.HasPlugin(b) {
 		t.Errorf("our entry left:\n%s", b)
 	}
-	if b, _ := os.ReadFile(filepath.Join(n.net, "20-other.conflist")); !listHasPlugin(b) {
+	if b, _ := os.ReadFile(filepath.Join(n.net, "20-other.conflist")); !conflist.HasPlugin(b) {
 		t.Errorf("the other installer's entry was removed:\n%s", b)
 	}
 	if !nodefile.Exists(filepath.Join(n.bin, cniconf.PluginType)) || !res.KeptBinary {
@@ -137,7 +139,7 @@ func TestUninstallDirectoriesAndNothingFound(t *testing.T) {
 
 func TestLeftovers(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"10-flannel.conf": flannelConf})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-flannel.conf": flannelConf})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestKeepUninstalled(t *testing.T) {
 // shadow it.
 func TestUninstallKeepsAListThePrimaryWroteAfterTheConversion(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"05-x.conf": flannelConf})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"05-x.conf": flannelConf})
 	in := n.installer(t)
 	if _, err := in.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
@@ -228,7 +230,7 @@ func TestUninstallKeepsAListThePrimaryWroteAfterTheConversion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the primary's list was deleted: %v", err)
 	}
-	if listHasPlugin(b) || !sameJSON(b, []byte(ptpList)) {
+	if conflist.HasPlugin(b) || !conflist.SameJSON(b, []byte(ptpList)) {
 		t.Fatalf("the primary's list after uninstall:\n%s", b)
 	}
 	files := keys(snapshot(t, n.net))
@@ -247,7 +249,7 @@ func TestUninstallRestoresAConversionUnlessTheListChangesMeanwhile(t *testing.T)
 	for _, race := range []bool{false, true} {
 		t.Run(fmt.Sprintf("race=%v", race), func(t *testing.T) {
 			n := newHostDirs(t)
-			writeFiles(t, n.net, map[string]string{"05-x.conf": flannelConf})
+			conflisttest.WriteFiles(t, n.net, map[string]string{"05-x.conf": flannelConf})
 			in := n.installer(t)
 			if _, err := in.Reconcile(context.Background()); err != nil {
 				t.Fatal(err)
@@ -271,7 +273,7 @@ func TestUninstallRestoresAConversionUnlessTheListChangesMeanwhile(t *testing.T)
 				return
 			}
 			b, _ := os.ReadFile(list)
-			if files != "05-x.conflist" || !sameJSON(b, []byte(ptpList)) {
+			if files != "05-x.conflist" || !conflist.SameJSON(b, []byte(ptpList)) {
 				t.Fatalf("files %s, list %s: want the primary's list alone", files, b)
 			}
 		})
@@ -281,7 +283,7 @@ func TestUninstallRestoresAConversionUnlessTheListChangesMeanwhile(t *testing.T)
 // A restore never replaces a file the primary wrote meanwhile.
 func TestRenameNoReplace(t *testing.T) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"a": "a", "b": "b"})
+	conflisttest.WriteFiles(t, dir, map[string]string{"a": "a", "b": "b"})
 	ok, err := nodefile.RenameNoReplace(filepath.Join(dir, "a"), filepath.Join(dir, "b"))
 	if err != nil || ok {
 		t.Fatalf("renamed over an existing file: %v %v", ok, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile/nodefiletest"
 )
 
@@ -111,7 +112,7 @@ func TestCheckWatched(t *testing.T) {
 // pass.
 func TestRunWithoutAWatcher(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	in := n.installer(t, func(c *Config) { c.Resync = 100 * time.Millisecond })
 	var fail atomic.Bool
 	fail.Store(true)
@@ -132,7 +133,7 @@ func TestRunWithoutAWatcher(t *testing.T) {
 	go func() { done <- in.Run(ctx, nil) }()
 	list := filepath.Join(n.net, "10-kindnet.conflist")
 	poll.Eventually(t, 10*time.Second, "chained without a watcher", func() error { return in.VerifyInstalled() })
-	nodefiletest.ForeignWrite(t, list, []byte(kindnet))
+	nodefiletest.ForeignWrite(t, list, []byte(conflisttest.Kindnet))
 	poll.Eventually(t, 10*time.Second, "the periodic pass restores the chain", func() error { return in.VerifyInstalled() })
 	fail.Store(false)
 	select {
@@ -152,7 +153,7 @@ func TestRunWithoutAWatcher(t *testing.T) {
 // the files count (ErrNoInstallerProcess, told apart for the caller).
 func TestReady(t *testing.T) {
 	n := newHostDirs(t)
-	writeFiles(t, n.net, map[string]string{"10-kindnet.conflist": kindnet})
+	conflisttest.WriteFiles(t, n.net, map[string]string{"10-kindnet.conflist": conflisttest.Kindnet})
 	in := n.installer(t)
 	run := []string{"consul-cni-installer", "run"}
 	if err := in.Ready(fakeProc(t, run, n.net, n.bin)); err == nil || !strings.Contains(err.Error(), "plugin binary") {

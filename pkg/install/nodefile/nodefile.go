@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -274,6 +275,12 @@ func syncDir(dir string) {
 func Exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
+}
+
+// ModifiedWithin reports whether path was modified less than d ago.
+func ModifiedWithin(path string, d time.Duration) bool {
+	st, err := os.Stat(path)
+	return err == nil && time.Since(st.ModTime()) < d
 }
 
 // RemoveIfExists removes path; a missing file is not an error.

@@ -1,29 +1,14 @@
-package install
+package conflist
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
 )
-
-var testEntry = PluginConfig{
-	Name: cniconf.PluginName, Type: cniconf.PluginType, Settings: cniconf.Settings{CNIBinDir: "/opt/cni/bin", CNINetDir: "/etc/cni/net.d",
-		Kubeconfig: cniconf.KubeconfigFileName, LogLevel: "info"},
-}.json()
-
-const kindnet = `{
-  "cniVersion": "0.3.1",
-  "name": "kindnet",
-  "plugins": [
-    {"type": "ptp", "ipMasq": false, "mtu": 1500,
-     "ipam": {"type": "host-local", "dataDir": "/run/cni-ipam-state", "ranges": [[{"subnet": "10.244.0.0/24"}]]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}`
 
 // types returns the plugin types of a configuration list in order.
 func types(t *testing.T, data []byte) []string {
@@ -44,11 +29,11 @@ func types(t *testing.T, data []byte) []string {
 }
 
 func TestChainInline(t *testing.T) {
-	chained, _, err := ChainInline([]byte(kindnet), testEntry)
+	chained, _, err := ChainInline([]byte(conflisttest.Kindnet), conflisttest.Entry)
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherEntry := PluginConfig{Name: cniconf.PluginName, Type: cniconf.PluginType, Settings: cniconf.Settings{LogLevel: "debug"}}.json()
+	otherEntry := PluginConfig{Name: cniconf.PluginName, Type: cniconf.PluginType, Settings: cniconf.Settings{LogLevel: "debug"}}.JSON()
 	for _, tc := range []struct {
 		name        string
 		in          string
@@ -56,11 +41,11 @@ func TestChainInline(t *testing.T) {
 		wantChanged bool
 		wantErr     string
 	}{
-		{name: "kindnet", in: kindnet, wantTypes: "ptp,portmap,consul-cni", wantChanged: true},
+		{name: "conflisttest.Kindnet", in: conflisttest.Kindnet, wantTypes: "ptp,portmap,consul-cni", wantChanged: true},
 		{name: "already chained", in: string(chained), wantTypes: "ptp,portmap,consul-cni", wantChanged: false},
-		{name: "not last", in: `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp"},` + string(testEntry) + `,{"type":"portmap"}]}`,
+		{name: "not last", in: `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp"},` + string(conflisttest.Entry) + `,{"type":"portmap"}]}`,
 			wantTypes: "ptp,portmap,consul-cni", wantChanged: true},
-		{name: "duplicated", in: `{"name":"n","plugins":[` + string(testEntry) + `,{"type":"ptp"},` + string(testEntry) + `]}`,
+		{name: "duplicated", in: `{"name":"n","plugins":[` + string(conflisttest.Entry) + `,{"type":"ptp"},` + string(conflisttest.Entry) + `]}`,
 			wantTypes: "ptp,consul-cni", wantChanged: true},
 		{name: "last but other settings", in: `{"name":"n","plugins":[{"type":"ptp"},` + string(otherEntry) + `]}`,
 			wantTypes: "ptp,consul-cni", wantChanged: true},
@@ -74,7 +59,7 @@ func TestChainInline(t *testing.T) {
 		{name: "bad JSON", in: `{"name":`, wantErr: "not a JSON object"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, changed, err := ChainInline([]byte(tc.in), testEntry)
+			out, changed, err := ChainInline([]byte(tc.in), conflisttest.Entry)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want it to mention %q", err, tc.wantErr)
@@ -94,7 +79,7 @@ func TestChainInline(t *testing.T) {
 				t.Errorf("unchanged input was rewritten")
 			}
 			// Idempotent: a second pass changes nothing.
-			again, changed2, err := ChainInline(out, testEntry)
+			again, changed2, err := ChainInline(out, conflisttest.Entry)
 			if err != nil || changed2 || string(again) != string(out) {
 				t.Errorf("second pass: changed=%v err=%v", changed2, err)
 			}
@@ -105,7 +90,7 @@ func TestChainInline(t *testing.T) {
 func TestChainInlineKeepsEverythingElse(t *testing.T) {
 	in := `{"cniVersion":"1.1.0","cniVersions":["0.4.0","1.1.0"],"name":"big","disableCheck":true,"x-vendor":{"a":[1,2,3]},
 	  "plugins":[{"type":"bridge","mtu":9001,"big":12345678901234567890,"f":1.50,"s":"<&>"}]}`
-	out, _, err := ChainInline([]byte(in), testEntry)
+	out, _, err := ChainInline([]byte(in), conflisttest.Entry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,17 +103,17 @@ func TestChainInlineKeepsEverythingElse(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("UnchainInline: changed=%v err=%v", changed, err)
 	}
-	if !sameJSON(back, []byte(in)) {
+	if !SameJSON(back, []byte(in)) {
 		t.Errorf("chain then unchain is not the original:\n%s", back)
 	}
 }
 
 func TestUnchainInline(t *testing.T) {
-	out, changed, err := UnchainInline([]byte(kindnet))
-	if err != nil || changed || string(out) != kindnet {
+	out, changed, err := UnchainInline([]byte(conflisttest.Kindnet))
+	if err != nil || changed || string(out) != conflisttest.Kindnet {
 		t.Fatalf("list without consul-cni: changed=%v err=%v", changed, err)
 	}
-	in := `{"name":"n","plugins":[` + string(testEntry) + `,{"type":"ptp"},` + string(testEntry) + `]}`
+	in := `{"name":"n","plugins":[` + string(conflisttest.Entry) + `,{"type":"ptp"},` + string(conflisttest.Entry) + `]}`
 	out, changed, err = UnchainInline([]byte(in))
 	if err != nil || !changed {
 		t.Fatalf("changed=%v err=%v", changed, err)
@@ -149,7 +134,7 @@ func TestConvertSingle(t *testing.T) {
 		{name: "bad JSON", in: `{"name":"net",`, wantErr: "error parsing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := ConvertSingle([]byte(tc.in), testEntry)
+			out, err := ConvertSingle([]byte(tc.in), conflisttest.Entry)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -170,23 +155,10 @@ func TestConvertSingle(t *testing.T) {
 			if l.Name != tc.wantName || l.CNIVersion != tc.wantVersion || len(l.Plugins) != 2 {
 				t.Fatalf("got %s", out)
 			}
-			if !sameJSON(l.Plugins[0], []byte(tc.in)) || !sameJSON(l.Plugins[1], testEntry) {
+			if !SameJSON(l.Plugins[0], []byte(tc.in)) || !SameJSON(l.Plugins[1], conflisttest.Entry) {
 				t.Errorf("plugins are not [original, consul-cni]:\n%s", out)
 			}
 		})
-	}
-}
-
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for name, body := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -200,10 +172,10 @@ func TestPrimary(t *testing.T) {
 		{name: "empty dir", files: nil, want: ""},
 		{name: "only non-config files", files: map[string]string{
 			cniconf.KubeconfigFileName: "x", cniconf.TokenFileName: "t", ".10-x.conflist.123.tmp": "{", "README": "hi"}, want: ""},
-		{name: "lexical order", files: map[string]string{"20-b.conflist": kindnet, "10-a.conflist": kindnet}, want: "10-a.conflist"},
+		{name: "lexical order", files: map[string]string{"20-b.conflist": conflisttest.Kindnet, "10-a.conflist": conflisttest.Kindnet}, want: "10-a.conflist"},
 		{name: "conf before conflist", files: map[string]string{
-			"10-flannel.conf": `{"name":"cbr0","type":"flannel"}`, "10-flannel.conflist": kindnet}, want: "10-flannel.conf"},
-		{name: "json counts", files: map[string]string{"05-net.json": `{"name":"j","type":"bridge"}`, "10-a.conflist": kindnet}, want: "05-net.json"},
+			"10-flannel.conf": `{"name":"cbr0","type":"flannel"}`, "10-flannel.conflist": conflisttest.Kindnet}, want: "10-flannel.conf"},
+		{name: "json counts", files: map[string]string{"05-net.json": `{"name":"j","type":"bridge"}`, "10-a.conflist": conflisttest.Kindnet}, want: "05-net.json"},
 		{name: "invalid files skipped", files: map[string]string{
 			"00-broken.conflist":  `{"name":`,
 			"01-noplugins.conf":   `{"name":"x","plugins":[{"type":"ptp"}]}`,
@@ -211,15 +183,15 @@ func TestPrimary(t *testing.T) {
 			"03-noname.conflist":  `{"plugins":[{"type":"ptp"}]}`,
 			"04-notype.conflist":  `{"name":"x","plugins":[{"mtu":1}]}`,
 			"05-missing.conflist": `{"name":"nothing-anywhere"}`,
-			"10-good.conflist":    kindnet,
+			"10-good.conflist":    conflisttest.Kindnet,
 		}, want: "10-good.conflist", wantInvalid: 6},
-		{name: "directories ignored", files: map[string]string{"00-dir.conflist/x": "", "10-a.conflist": kindnet}, want: "10-a.conflist"},
+		{name: "directories ignored", files: map[string]string{"00-dir.conflist/x": "", "10-a.conflist": conflisttest.Kindnet}, want: "10-a.conflist"},
 		{name: "plugins from the plugin directory", files: map[string]string{
 			"10-dir.conflist": `{"name":"dirnet","cniVersion":"1.1.0"}`, "dirnet/10-ptp.conf": `{"type":"ptp"}`}, want: "10-dir.conflist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeFiles(t, dir, tc.files)
+			conflisttest.WriteFiles(t, dir, tc.files)
 			cands, err := ScanConfDir(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -251,9 +223,9 @@ func TestPluginDirEntryName(t *testing.T) {
 		{[]string{"/d/10-ptp.conf", "/d/20-portmap.conf"}, "zzz-consul-cni.conf"},
 		{[]string{"/d/zzzz.conf"}, "zzzz.conf-zzz-consul-cni.conf"},
 	} {
-		got := pluginDirEntryName(tc.foreign)
+		got := PluginDirEntryName(tc.foreign)
 		if got != tc.want {
-			t.Errorf("pluginDirEntryName(%v) = %q, want %q", tc.foreign, got, tc.want)
+			t.Errorf("PluginDirEntryName(%v) = %q, want %q", tc.foreign, got, tc.want)
 		}
 		for _, f := range tc.foreign {
 			if filepath.Base(f) >= got {
@@ -264,15 +236,15 @@ func TestPluginDirEntryName(t *testing.T) {
 }
 
 func FuzzChainInline(f *testing.F) {
-	f.Add([]byte(kindnet))
-	f.Add([]byte(`{"name":"n","plugins":[` + string(testEntry) + `,{"type":"ptp"}]}`))
+	f.Add([]byte(conflisttest.Kindnet))
+	f.Add([]byte(`{"name":"n","plugins":[` + string(conflisttest.Entry) + `,{"type":"ptp"}]}`))
 	f.Add([]byte(`{"name":"n"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out, _, err := ChainInline(data, testEntry)
+		out, _, err := ChainInline(data, conflisttest.Entry)
 		if err != nil {
 			return
 		}
-		l, err := decodeList(out)
+		l, err := DecodeList(out)
 		if err != nil {
 			t.Fatalf("output does not decode: %v", err)
 		}
@@ -285,43 +257,9 @@ func FuzzChainInline(f *testing.F) {
 		if n != 1 || pluginType(l.plugins[len(l.plugins)-1]) != cniconf.PluginType {
 			t.Fatalf("not exactly one consul-cni, last: %s", out)
 		}
-		again, changed, err := ChainInline(out, testEntry)
+		again, changed, err := ChainInline(out, conflisttest.Entry)
 		if err != nil || changed || string(again) != string(out) {
 			t.Fatalf("not idempotent: changed=%v err=%v", changed, err)
 		}
 	})
-}
-
-// The entry carries exclude_namespaces only when it is set, and the plugin
-// reads it under that key.
-func TestEntryExcludeNamespaces(t *testing.T) {
-	n := newHostDirs(t)
-	if b := n.installer(t).Entry().json(); strings.Contains(string(b), "exclude_namespaces") {
-		t.Fatalf("unset but written: %s", b)
-	}
-	b := n.installer(t, func(c *Config) { c.ExcludeNamespaces = []string{"kube-system", "infra"} }).Entry().json()
-	var e struct {
-		Exclude []string `json:"exclude_namespaces"`
-	}
-	if err := json.Unmarshal(b, &e); err != nil || strings.Join(e.Exclude, ",") != "kube-system,infra" {
-		t.Fatalf("entry %s (%v)", b, err)
-	}
-}
-
-// The entry carries backend only when it is set, under the plugin's key; a
-// backend the plugin does not know is refused naming the field.
-func TestEntryBackend(t *testing.T) {
-	n := newHostDirs(t)
-	if b := n.installer(t).Entry().json(); strings.Contains(string(b), `"`+cniconf.KeyBackend+`"`) {
-		t.Fatalf("unset but written: %s", b)
-	}
-	b := n.installer(t, func(c *Config) { c.Backend = cniconf.BackendNftables }).Entry().json()
-	var e map[string]any
-	if err := json.Unmarshal(b, &e); err != nil || e[cniconf.KeyBackend] != "nftables" {
-		t.Fatalf("entry %s (%v)", b, err)
-	}
-	cfg := Config{BinDir: "/b", NetDir: "/n", HostBinDir: "/hb", HostNetDir: "/hn", Backend: "nft"}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Backend") || !strings.Contains(err.Error(), `"nft"`) {
-		t.Fatalf("Validate = %v", err)
-	}
 }

@@ -1,4 +1,28 @@
-package install
+// Package conflist reads and edits CNI network configuration files the way
+// the runtime loads them, for the installer (which chains consul-cni into
+// the node's network and takes it out again) and the node verifier.
+//
+// Which network a runtime uses is decided as containerd, CRI-O and kubelet
+// decide it: the .conf, .conflist and .json files of the net directory
+// sorted by name, each loaded with libcni (a .conflist with the plugins of
+// its plugin directory, <net dir>/<network>/, appended), and the first
+// valid one wins (ScanConfDir, Primary); FindEntry says where consul-cni
+// sits in its chain. A file that another writer is rewriting in place is
+// read again for a moment before it is judged invalid.
+//
+// Edits touch nothing but consul-cni entries: a list is decoded only as far
+// as its top-level keys and plugins (List), every other byte of another
+// writer's plugins is kept, values are compared as JSON, not text
+// (SameJSON), and the output is indented without HTML escaping, as
+// consul-k8s and most installers write. ChainInline makes the entry the
+// last inline plugin exactly once; where the network takes plugins from
+// its plugin directory, libcni appends those after the inline ones, so the
+// entry goes there instead, under a name that sorts last
+// (UsesPluginDir, PluginDirEntryName). ConvertSingle turns a single-network
+// file into a list the way libcni up-converts it, and ConvertedFrom tells
+// such a conversion apart from a list someone else wrote, so that only the
+// installer's own conversions are undone.
+package conflist
 
 import (
 	"bytes"
@@ -15,25 +39,18 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
-// Names of what the installer writes into the host's CNI directories
-// besides cniconf's plugin, kubeconfig and token names.
-const (
-	// BackupSuffix is appended to a single-network file (.conf/.json) once
-	// it has been converted into a .conflist, so that the runtime no longer
-	// reads it, and to a .conflist the conversion had to replace.
-	BackupSuffix = ".consul-cni-orig"
-	// pluginDirFile is the name of the entry written into a network's
-	// plugin directory (<net dir>/<network name>/) when the primary network
-	// loads its plugins from there (CNI spec 1.1).
-	pluginDirFile = "zzz-consul-cni.conf"
-)
+// PluginDirFile is the name of the entry written into a network's plugin
+// directory (<net dir>/<network name>/) when the network loads its plugins
+// from there (CNI spec 1.1).
+const PluginDirFile = "zzz-consul-cni.conf"
 
-// configExtensions are the files containerd, CRI-O and kubelet consider, in
+// Extensions are the files containerd, CRI-O and kubelet consider, in
 // the order libcni's ConfFiles is asked for them; the files are then sorted
 // by name.
-var configExtensions = []string{".conf", ".conflist", ".json"}
+var Extensions = []string{".conf", ".conflist", ".json"}
 
 // PluginConfig is the chain entry, with the keys consul-k8s writes.
 type PluginConfig struct {
@@ -48,7 +65,8 @@ type PluginConfig struct {
 	Backend string `json:"backend,omitempty"`
 }
 
-func (p PluginConfig) json() json.RawMessage {
+// JSON is the entry as it is written into a list.
+func (p PluginConfig) JSON() json.RawMessage {
 	b, err := json.Marshal(p)
 	if err != nil {
 		panic(err) // a struct of strings and a bool always marshals
@@ -77,7 +95,7 @@ func (c Candidate) Valid() bool { return c.Err == nil }
 // name, the order containerd, CRI-O and kubelet use, each loaded and judged
 // the way they do. A missing dir is not an error: it has no candidates.
 func ScanConfDir(dir string) ([]Candidate, error) {
-	files, err := libcni.ConfFiles(dir, configExtensions)
+	files, err := libcni.ConfFiles(dir, Extensions)
 	if err != nil {
 		return nil, fmt.Errorf("listing CNI configurations in %s: %w", dir, err)
 	}
@@ -92,17 +110,20 @@ func ScanConfDir(dir string) ([]Candidate, error) {
 // A file written in place (truncated, then written: consul-k8s's installer
 // writes the list so) is empty or partial for a moment. inPlaceWindow is
 // how recently an invalid file must have been modified to be read again,
-// every restoreDebounce, before it is judged invalid.
+// every SettleStep, before it is judged invalid.
 const inPlaceWindow = 100 * time.Millisecond
+
+// SettleStep is how often a file written in place is read again.
+const SettleStep = 5 * time.Millisecond
 
 // loadSettled loads path, reading it again while it is invalid and was
 // modified within inPlaceWindow: a pass that follows a write in place by
-// restoreDebounce never takes a list being written for a broken one (and
-// chains another network instead).
+// SettleStep never takes a list being written for a broken one (and chains
+// another network instead).
 func loadSettled(path string) Candidate {
 	c := loadCandidate(path)
-	for i := 0; !c.Valid() && i < int(inPlaceWindow/restoreDebounce) && modifiedWithin(path, inPlaceWindow); i++ {
-		time.Sleep(restoreDebounce)
+	for i := 0; !c.Valid() && i < int(inPlaceWindow/SettleStep) && nodefile.ModifiedWithin(path, inPlaceWindow); i++ {
+		time.Sleep(SettleStep)
 		c = loadCandidate(path)
 	}
 	return c
@@ -193,9 +214,9 @@ func FindEntry(n *libcni.NetworkConfigList) EntryPlacement {
 	return s
 }
 
-// list is a .conflist decoded only as far as the installer needs: every
+// List is a .conflist decoded only as far as the installer needs: every
 // top-level key and every plugin stays as it was written.
-type list struct {
+type List struct {
 	top     map[string]json.RawMessage
 	plugins []json.RawMessage
 	// hasPlugins is false when the file has no "plugins" key (its plugins
@@ -203,8 +224,9 @@ type list struct {
 	hasPlugins bool
 }
 
-func decodeList(data []byte) (*list, error) {
-	l := &list{}
+// DecodeList decodes a configuration list as far as List needs.
+func DecodeList(data []byte) (*List, error) {
+	l := &List{}
 	if err := json.Unmarshal(data, &l.top); err != nil {
 		return nil, fmt.Errorf("configuration list is not a JSON object: %w", err)
 	}
@@ -222,7 +244,8 @@ func decodeList(data []byte) (*list, error) {
 	return l, nil
 }
 
-func (l *list) encode() ([]byte, error) {
+// Encode renders the list with its plugins as they are now.
+func (l *List) Encode() ([]byte, error) {
 	if l.hasPlugins {
 		if l.plugins == nil {
 			l.plugins = []json.RawMessage{}
@@ -233,12 +256,12 @@ func (l *list) encode() ([]byte, error) {
 		}
 		l.top["plugins"] = b
 	}
-	return marshalConfig(l.top)
+	return Marshal(l.top)
 }
 
-// marshalConfig renders a configuration the way consul-k8s and most CNI
+// Marshal renders a configuration the way consul-k8s and most CNI
 // installers do: indented, with a final newline.
-func marshalConfig(v any) ([]byte, error) {
+func Marshal(v any) ([]byte, error) {
 	return encodeJSON(v, "  ")
 }
 
@@ -259,7 +282,7 @@ func encodeJSON(v any, indent string) ([]byte, error) {
 
 // loadOnlyInlined reads the list's loadOnlyInlinedPlugins the way libcni
 // does (a bool or the strings "true"/"false").
-func (l *list) loadOnlyInlined() bool {
+func (l *List) loadOnlyInlined() bool {
 	raw, ok := l.top["loadOnlyInlinedPlugins"]
 	if !ok {
 		return false
@@ -277,7 +300,8 @@ func (l *list) loadOnlyInlined() bool {
 	return false
 }
 
-func (l *list) name() string {
+// Name is the network's name.
+func (l *List) Name() string {
 	var n string
 	_ = json.Unmarshal(l.top["name"], &n)
 	return n
@@ -291,8 +315,8 @@ func pluginType(raw json.RawMessage) string {
 	return p.Type
 }
 
-// sameJSON reports whether two JSON documents are equal as values.
-func sameJSON(a, b []byte) bool {
+// SameJSON reports whether two JSON documents are equal as values.
+func SameJSON(a, b []byte) bool {
 	var va, vb any
 	da := json.NewDecoder(bytes.NewReader(a))
 	da.UseNumber()
@@ -304,15 +328,18 @@ func sameJSON(a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// withoutPlugin drops every consul-cni entry; changed reports whether any
+// WithoutPlugin drops every consul-cni entry; changed reports whether any
 // was there.
-func (l *list) withoutPlugin() (changed bool) {
-	return l.withoutEntries(func(p []byte) bool { return pluginType(p) == cniconf.PluginType })
+func (l *List) WithoutPlugin() (changed bool) {
+	return l.WithoutEntries(func(p []byte) bool { return pluginType(p) == cniconf.PluginType })
 }
 
-// withoutEntries drops the inline plugins match selects; changed reports
+// WithoutEntries drops the inline plugins match selects; changed reports
 // whether any was there.
-func (l *list) withoutEntries(match func([]byte) bool) (changed bool) {
+// Plugins are the list's inline plugins as written.
+func (l *List) Plugins() []json.RawMessage { return l.plugins }
+
+func (l *List) WithoutEntries(match func([]byte) bool) (changed bool) {
 	kept := l.plugins[:0:0]
 	for _, p := range l.plugins {
 		if match(p) {
@@ -325,10 +352,10 @@ func (l *list) withoutEntries(match func([]byte) bool) (changed bool) {
 	return changed
 }
 
-// listHasPlugin reports whether a configuration list has an inline
+// HasPlugin reports whether a configuration list has an inline
 // consul-cni entry.
-func listHasPlugin(data []byte) bool {
-	l, err := decodeList(data)
+func HasPlugin(data []byte) bool {
+	l, err := DecodeList(data)
 	if err != nil {
 		return false
 	}
@@ -345,12 +372,12 @@ func listHasPlugin(data []byte) bool {
 // data already had exactly that. Every other key and plugin is kept as it
 // was.
 func ChainInline(data []byte, entry []byte) (out []byte, changed bool, err error) {
-	l, err := decodeList(data)
+	l, err := DecodeList(data)
 	if err != nil {
 		return nil, false, err
 	}
 	n := len(l.plugins)
-	if n > 0 && pluginType(l.plugins[n-1]) == cniconf.PluginType && sameJSON(l.plugins[n-1], entry) {
+	if n > 0 && pluginType(l.plugins[n-1]) == cniconf.PluginType && SameJSON(l.plugins[n-1], entry) {
 		others := 0
 		for _, p := range l.plugins[:n-1] {
 			if pluginType(p) == cniconf.PluginType {
@@ -361,24 +388,24 @@ func ChainInline(data []byte, entry []byte) (out []byte, changed bool, err error
 			return data, false, nil
 		}
 	}
-	l.withoutPlugin()
+	l.WithoutPlugin()
 	l.hasPlugins = true
 	l.plugins = append(l.plugins, json.RawMessage(entry))
-	out, err = l.encode()
+	out, err = l.Encode()
 	return out, true, err
 }
 
 // UnchainInline returns the configuration list data without any consul-cni
 // entry; changed is false when there was none.
 func UnchainInline(data []byte) (out []byte, changed bool, err error) {
-	l, err := decodeList(data)
+	l, err := DecodeList(data)
 	if err != nil {
 		return nil, false, err
 	}
-	if !l.withoutPlugin() {
+	if !l.WithoutPlugin() {
 		return data, false, nil
 	}
-	out, err = l.encode()
+	out, err = l.Encode()
 	return out, true, err
 }
 
@@ -404,30 +431,29 @@ func ConvertSingle(data []byte, entry []byte) ([]byte, error) {
 	if conf.Network.CNIVersion != "" {
 		top["cniVersion"] = conf.Network.CNIVersion
 	}
-	return marshalConfig(top)
+	return Marshal(top)
 }
 
-// usesPluginDir reports whether the network at path takes plugins from its
+// UsesPluginDir reports whether the network at path takes plugins from its
 // plugin directory, where libcni appends them after the inline ones: then
 // the entry must go there to be last.
-func usesPluginDir(path string, l *list) (bool, error) {
+func UsesPluginDir(path string, l *List) (bool, error) {
 	if l.loadOnlyInlined() {
 		return false, nil
 	}
 	if !l.hasPlugins {
 		return true, nil
 	}
-	foreign, err := pluginDirFiles(path, l.name(), false)
+	foreign, err := PluginDirFiles(path, l.Name(), false)
 	if err != nil {
 		return false, err
 	}
 	return len(foreign) > 0, nil
 }
 
-// pluginDirFiles lists the .conf files of the network's plugin directory in
-// libcni's order: the installer's own entries (consul-cni type) when ours is
-// true, every other file otherwise.
-func pluginDirFiles(listPath, network string, ours bool) ([]string, error) {
+// PluginDirFiles lists the .conf files of the network's plugin directory in
+// libcni's order: the consul-cni entries when ours is true, every other file otherwise.
+func PluginDirFiles(listPath, network string, ours bool) ([]string, error) {
 	if network == "" || strings.ContainsAny(network, `/\`) || network == "." || network == ".." {
 		return nil, nil
 	}
@@ -453,15 +479,36 @@ func pluginDirFiles(listPath, network string, ours bool) ([]string, error) {
 	return out, nil
 }
 
-// pluginDirEntryName picks a file name for the entry that sorts after every
+// PluginDirEntryName picks a file name for the entry that sorts after every
 // other plugin file of the directory.
-func pluginDirEntryName(foreign []string) string {
-	name := pluginDirFile
+func PluginDirEntryName(foreign []string) string {
+	name := PluginDirFile
 	if n := len(foreign); n > 0 {
 		last := filepath.Base(foreign[n-1])
 		if last >= name {
-			name = last + "-" + pluginDirFile
+			name = last + "-" + PluginDirFile
 		}
 	}
 	return name
+}
+
+// ConvertedFrom reports whether list is what converting single made of it
+// (ConvertSingle), consul-cni entries aside.
+func ConvertedFrom(list, single []byte) bool {
+	want, err := ConvertSingle(single, []byte(`{"type":"`+cniconf.PluginType+`"}`))
+	if err != nil {
+		return false
+	}
+	norm := func(b []byte) ([]byte, bool) {
+		l, err := DecodeList(b)
+		if err != nil {
+			return nil, false
+		}
+		l.WithoutPlugin()
+		out, err := l.Encode()
+		return out, err == nil
+	}
+	a, okA := norm(list)
+	b, okB := norm(want)
+	return okA && okB && SameJSON(a, b)
 }
