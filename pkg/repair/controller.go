@@ -94,6 +94,7 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *Metrics
 	limiter  *Limiter
+	actions  *nodeActions
 	breaker  *judge.Breaker
 	queue    workqueue.TypedRateLimitingInterface[string]
 	synced   []cache.InformerSynced
@@ -129,6 +130,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		recorder: recorder,
 		metrics:  m,
 		limiter:  newLimiter(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
+		actions:  newNodeActions(),
 		breaker:  judge.NewBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
@@ -321,6 +323,7 @@ func (c *Controller) nodeDeleted(obj interface{}) {
 	c.gate.Forget(node.Name)
 	c.limiter.ForgetNode(node.Name)
 	c.breaker.Forget(node.Name)
+	c.actions.forget(node.Name)
 }
 
 func (c *Controller) cniPodChanged(obj interface{}) {
@@ -396,7 +399,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, wait)
 		return nil
 	}
-	return c.act(ctx, logger.WithValues("race", race), pod, v, st)
+	if err = c.act(ctx, logger.WithValues("race", race), pod, v, st); err == nil && !c.cfg.DryRun {
+		c.actions.record(node, since, now)
+	}
+	return err
 }
 
 // forgetGonePods drops the state of pods the cache no longer holds. The
@@ -466,13 +472,20 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 			earliest = t
 		}
 	}
+	redated := c.actions.redated(node, now)
+	if redated >= c.breaker.MinPods {
+		// A flapping node (nodeActions): its actions count as broken pods,
+		// enough alone to open the breaker.
+		broken += redated
+		total = broken
+	}
 	open, changed := c.breaker.Update(node, broken, total)
 	if changed {
 		ref := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 		if n, err := c.nodes.Get(node); err == nil {
 			ref = n
 		}
-		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total,
+		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total, "actionsAfterReadinessRedated", redated,
 			"cniReadySince", since.UTC().Format(time.RFC3339), "earliestCountedSandbox", earliest.UTC().Format(time.RFC3339))
 		if open {
 			logger.Info("Circuit breaker open: pods whose sandbox was created after the CNI became ready bypass it too; not repairing on this node")

@@ -1,0 +1,78 @@
+package repair
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+)
+
+// A misconfigured node whose installer readiness flaps dates its CNI
+// readiness again at each flap, so every broken pod there is older than it
+// (of the race, not counted by the breaker). The actions taken under a later
+// readiness than the first are counted instead: the breaker opens after the
+// first readiness's actions plus --breaker-min-pods.
+func TestFlappingNodeOpensTheBreaker(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.BreakerMinPods = 3 })
+	h.addNode(nodeReadySinceAt("n1", -5*time.Minute))
+	sync := func(keys []string) {
+		for _, k := range keys {
+			if err := h.sync(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var first []string
+	for i := 0; i < 2; i++ {
+		first = append(first, h.addPod(brokenWithSandbox(-6*time.Minute)))
+	}
+	sync(first)
+	if n := len(h.mutations()); n != 2 {
+		t.Fatalf("%d actions under the first readiness, want 2", n)
+	}
+	// Each flap: readiness dated again, the replacements broken again and
+	// older than it.
+	for flap := 1; flap <= 4; flap++ {
+		h.now = judgetest.T0.Add(time.Duration(flap) * time.Minute)
+		h.addNode(nodeReadySinceAt("n1", time.Duration(flap)*time.Minute-time.Second))
+		var keys []string
+		for i := 0; i < 2; i++ {
+			keys = append(keys, h.addPod(brokenWithSandbox(time.Duration(flap)*time.Minute-2*time.Second)))
+		}
+		sync(keys)
+	}
+	if n := len(h.mutations()); n != 2+3 {
+		t.Fatalf("%d actions on the flapping node, want 5 (2 under its first readiness, then --breaker-min-pods)", n)
+	}
+	if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+		t.Fatalf("open nodes gauge = %v, want 1", got)
+	}
+	// Once those actions leave the window, repairs resume.
+	h.now = h.now.Add(flapWindow)
+	key := h.addPod(brokenWithSandbox(4*time.Minute - 2*time.Second))
+	sync([]string{key})
+	if n := len(h.mutations()); n != 6 {
+		t.Fatalf("%d actions after the window, want 6", n)
+	}
+}
+
+// A node whose readiness is dated once (the race, or a reboot long after
+// the last repairs there) is repaired without limit by the breaker.
+func TestNodeDatedOnceIsNotFlapping(t *testing.T) {
+	a := newNodeActions()
+	now := judgetest.T0
+	since := now.Add(-time.Minute)
+	for i := 0; i < 10; i++ {
+		a.record("n1", since, now)
+	}
+	if n := a.redated("n1", now); n != 0 {
+		t.Fatalf("redated = %d for one readiness", n)
+	}
+	later := now.Add(flapWindow)
+	a.record("n1", later.Add(-time.Second), later)
+	if n := a.redated("n1", later); n != 0 {
+		t.Fatalf("redated = %d for a readiness dated again after the window", n)
+	}
+}
