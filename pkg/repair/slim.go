@@ -3,9 +3,11 @@ package repair
 import (
 	"strings"
 	"sync"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
@@ -51,7 +53,7 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              pod.Name,
-			Namespace:         pod.Namespace,
+			Namespace:         shared(pod.Namespace),
 			UID:               pod.UID,
 			ResourceVersion:   pod.ResourceVersion,
 			CreationTimestamp: pod.CreationTimestamp,
@@ -60,7 +62,7 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 			Annotations:       keep(pod.Annotations, keptPodAnnotations),
 		},
 		Spec: corev1.PodSpec{
-			NodeName:      pod.Spec.NodeName,
+			NodeName:      shared(pod.Spec.NodeName),
 			RestartPolicy: pod.Spec.RestartPolicy,
 			HostNetwork:   pod.Spec.HostNetwork,
 		},
@@ -74,12 +76,13 @@ func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 	// annotation (signal C without cni-applied-at).
 	if at, manager, ok := judge.StatusWrittenAt(pod); ok {
 		t := metav1.NewTime(at)
-		out.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: manager, Time: &t, FieldsType: "FieldsV1", FieldsV1: judge.StatusFieldsV1()}}
+		out.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: shared(manager), Time: &t, FieldsType: "FieldsV1", FieldsV1: statusFields}}
 	}
 	for _, ref := range pod.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
 			out.OwnerReferences = []metav1.OwnerReference{{
-				APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID, Controller: ref.Controller,
+				APIVersion: shared(ref.APIVersion), Kind: shared(ref.Kind), Name: shared(ref.Name),
+				UID: types.UID(shared(string(ref.UID))), Controller: &isController,
 			}}
 			break
 		}
@@ -232,6 +235,25 @@ func slimNode(obj interface{}) (interface{}, error) {
 	}, nil
 }
 
+// Shared by every slim pod, never mutated: the managed fields entry's fields
+// and the owner's controller flag.
+var (
+	statusFields = judge.StatusFieldsV1()
+	isController = true
+)
+
+// shared returns s as the one copy every cached object that carries the
+// same value shares: namespaces, node names, owners and managers take few
+// values across many pods, and each decoded object brings its own copy.
+// unique's handles are weak: a value no object holds any more is collected,
+// so the table never outgrows what the cache holds.
+func shared(s string) string {
+	if s == "" {
+		return s
+	}
+	return unique.Make(s).Value()
+}
+
 // uniqueAnnotations have a value of their own on almost every pod (a time,
 // a hash): a map holding one is never shared, and never fills the intern
 // table in place of the common marker sets.
@@ -250,8 +272,12 @@ func keep(m map[string]string, keys []string) map[string]string {
 			if out == nil {
 				out = make(map[string]string, len(keys))
 			}
+			u := uniqueAnnotations[k]
+			if !u {
+				v = shared(v)
+			}
 			out[k] = v
-			unique = unique || uniqueAnnotations[k]
+			unique = unique || u
 			id.WriteString(k)
 			id.WriteByte(0)
 			id.WriteString(v)
