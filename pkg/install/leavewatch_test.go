@@ -126,6 +126,14 @@ func TestLeaveWatchDecidesWhenTheAPIRefusesAtSIGTERM(t *testing.T) {
 			w := WatchForLeaving(ctx, c, "ccr", "consul-cni-x")
 			opened()
 			tc.change(t, c, w)
+			// The decision waits LeaveWatchGrace for an event on its way; a
+			// loaded machine may take longer to deliver it, which is not
+			// what this test is about.
+			for deadline := time.Now().Add(10 * time.Second); tc.leaving && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if _, seen := w.Leaving(); seen {
+					break
+				}
+			}
 			if tc.refuse {
 				refuseEverything(c)
 			}
