@@ -4,15 +4,12 @@ package verify
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
@@ -76,19 +73,7 @@ func TestDaemonSetPodOnAFreshNodeIsFoundAndReplaced(t *testing.T) {
 	next := n.runningPod(t, ns, "agent", pod.UID)
 	n.waitCondition(t, ns, next.Name, corev1.ConditionTrue, annotations.ReasonRulesInPlace, time.Minute)
 	verified := time.Since(ready)
-	poll.Eventually(t, 30*time.Second, "the controller's BypassedCNI Event naming the verifier's evidence", func() (bool, error) {
-		evs, err := n.c.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)).String()})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "BypassedCNI" && strings.Contains(e.Message, "node verifier found no Consul redirect rules") {
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("%d events, none BypassedCNI from the verifier's evidence", len(evs.Items))
-	})
+	n.waitVerifierEvent(t, ns, pod.UID)
 	t.Logf("DaemonSet pod outside the mesh on a fresh node: evicted %s after the node was chained and marked ready, its replacement verified with its rules after %s",
 		acted.Round(10*time.Millisecond), verified.Round(10*time.Millisecond))
 }

@@ -87,6 +87,25 @@ func (n *node) runningPod(t *testing.T, ns, app string, not types.UID) *corev1.P
 
 // startController runs the repair controller with the manifests' identity
 // (RBAC, the evict action's role, its admission policy).
+// waitVerifierEvent waits for the controller's BypassedCNI Event on the pod
+// uid that names the node verifier's evidence as the reason it acted.
+func (n *node) waitVerifierEvent(t *testing.T, ns string, uid types.UID) {
+	t.Helper()
+	poll.Eventually(t, 30*time.Second, "the controller's BypassedCNI Event naming the verifier's evidence", func() (bool, error) {
+		evs, err := n.c.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(uid)).String()})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "BypassedCNI" && strings.Contains(e.Message, "node verifier found no Consul redirect rules") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d events, none BypassedCNI from the verifier's evidence", len(evs.Items))
+	})
+}
+
 func (n *node) startController(t *testing.T) {
 	t.Helper()
 	err := scenario.ApplyManifests(context.Background(), n.c.Client, filepath.Join(testbin.RepoRoot(), "manifests"),
@@ -165,19 +184,7 @@ func TestRulesRemovedByHandAreFoundAndReplaced(t *testing.T) {
 	next := n.runningPod(t, ns, "web", pod.UID)
 	replacedIn := time.Since(removed)
 	n.waitCondition(t, ns, next.Name, corev1.ConditionTrue, annotations.ReasonRulesInPlace, time.Minute)
-	poll.Eventually(t, 30*time.Second, "the controller's BypassedCNI Event naming the verifier's evidence", func() (bool, error) {
-		evs, err := n.c.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)).String()})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "BypassedCNI" && strings.Contains(e.Message, "node verifier found no Consul redirect rules") {
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("%d events, none BypassedCNI from the verifier's evidence", len(evs.Items))
-	})
+	n.waitVerifierEvent(t, ns, pod.UID)
 	t.Logf("rules removed by hand: verified without rules after %s (%s), evicted after %s, replacement running after %s",
 		found.Round(10*time.Millisecond), got.Reason, acted.Round(10*time.Millisecond), replacedIn.Round(10*time.Millisecond))
 }
