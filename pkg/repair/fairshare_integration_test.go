@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
@@ -83,19 +82,4 @@ func otherNamespacePod(t *testing.T, c *cluster.Cluster, watched, other, node st
 		return len(pods) == 1, nil
 	})
 	return &pods[0]
-}
-
-// markBrokenSince is markBroken with the sandbox dated at (the kubelet's
-// PodReadyToStartContainers transition).
-func markBrokenSince(t testing.TB, client kubernetes.Interface, pod *corev1.Pod, at metav1.Time) {
-	t.Helper()
-	p := markBroken(t, client, pod)
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == corev1.PodReadyToStartContainers {
-			p.Status.Conditions[i].LastTransitionTime = at
-		}
-	}
-	if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("date %s's sandbox: %v", p.Name, err)
-	}
 }

@@ -309,6 +309,14 @@ func injectedPodTemplate(ns, app, node string) corev1.PodTemplateSpec {
 // and the check init container exited with 88 (signal B).
 func markBroken(t testing.TB, client kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
+	return markBrokenSince(t, client, pod, metav1.Now())
+}
+
+// markBrokenSince is markBroken with the sandbox dated sandbox (the kubelet's
+// PodReadyToStartContainers transition), in the same write, so the
+// controller never sees the pod broken with another date.
+func markBrokenSince(t testing.TB, client kubernetes.Interface, pod *corev1.Pod, sandbox metav1.Time) *corev1.Pod {
+	t.Helper()
 	now := metav1.Now()
 	p, err := client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
 	if err != nil {
@@ -319,7 +327,7 @@ func markBroken(t testing.TB, client kubernetes.Interface, pod *corev1.Pod) *cor
 		PodIP:     "198.18.0.10",
 		StartTime: &now,
 		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue, LastTransitionTime: sandbox},
 			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		},
 		InitContainerStatuses: []corev1.ContainerStatus{{
