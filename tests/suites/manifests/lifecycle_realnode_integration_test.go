@@ -25,6 +25,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/realnode"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
 )
 
 // lifecycleEnv is what the rows of the lifecycle matrix share: one control
@@ -250,7 +251,9 @@ func installForRow(t *testing.T, e *lifecycleEnv, row lifecycleRow) {
 func cleanupRow(t *testing.T, e *lifecycleEnv, row lifecycleRow) {
 	t.Helper()
 	ctx := context.Background()
-	if row.helm {
+	if row.helm && namespaceLeaving(t, e) {
+		namespaceDeletedCleanup(t, e)
+	} else if row.helm {
 		if rels := e.helm.list(t, e.ns); len(rels) > 0 {
 			args := []string{"uninstall", "ccr", "-n", e.ns, "--wait", "--timeout", "8m"}
 			// The pre-delete hook turns the DaemonSet's pods into removers.
@@ -274,6 +277,67 @@ func cleanupRow(t *testing.T, e *lifecycleEnv, row lifecycleRow) {
 		}
 		return nil
 	})
+}
+
+// namespaceLeaving says whether the row's release namespace is gone or
+// terminating.
+func namespaceLeaving(t *testing.T, e *lifecycleEnv) bool {
+	t.Helper()
+	ns, err := e.c.Client.CoreV1().Namespaces().Get(context.Background(), e.ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		t.Fatal(err)
+	}
+	return ns.DeletionTimestamp != nil
+}
+
+// namespaceDeletedCleanup runs docs/operate.md's block for a release whose
+// namespace was deleted first, with the row's namespace and release, and
+// checks what the page says: helm then knows no release, and no
+// cluster-wide object of the chart is left.
+func namespaceDeletedCleanup(t *testing.T, e *lifecycleEnv) {
+	t.Helper()
+	page, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "docs", "operate.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := markedBlocks(page, "docs/operate.md", "<!-- namespace-deleted -->")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 1 {
+		t.Fatalf("docs/operate.md has %d namespace-deleted blocks, want 1", len(blocks))
+	}
+	script := strings.NewReplacer("namespace/consul-cni-repair", "namespace/"+e.ns,
+		"app.kubernetes.io/instance=consul-cni-repair", "app.kubernetes.io/instance=ccr").Replace(blocks[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
+	defer cancel()
+	out, err := runScript(ctx, "set -euxo pipefail\n"+script, testbin.RepoRoot(), []string{
+		"KUBECONFIG=" + e.c.Kubeconfig,
+		"PATH=" + filepath.Dir(walkthroughKubectl(t)) + string(os.PathListSeparator) + os.Getenv("PATH"),
+	})
+	t.Logf("docs/operate.md, namespace deleted first:\n%s", out)
+	if err != nil {
+		t.Fatalf("docs/operate.md's block for a deleted namespace failed: %v", err)
+	}
+	if rels := e.helm.list(t, e.ns); len(rels) > 0 {
+		t.Errorf("helm still lists %d releases in the deleted namespace %s", len(rels), e.ns)
+	}
+	for _, o := range e.rendered {
+		if o.GetNamespace() != "" {
+			continue
+		}
+		ri, err := e.a.resource(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s left after docs/operate.md's block (%v)", o.GetKind(), o.GetName(), err)
+		}
+	}
+	removeClusterScoped(t, e.a, e.rendered)
 }
 
 // nothingOfOurs is assertNothingOfOurs as an error, with the installer's
