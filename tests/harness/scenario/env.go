@@ -44,7 +44,7 @@ type TB interface {
 // Binaries are the executables the scenario runs. Repair and Installer are
 // empty when the tree does not have those commands.
 type Binaries struct {
-	PodProg, ConsulCNI, Installer, Check, Repair string
+	PodProg, ConsulCNI, Installer, Check, Repair, Verifier string
 	// CNIPlugins is the directory of the reference plugins.
 	CNIPlugins string
 }
@@ -98,6 +98,9 @@ func NewEnv(tb TB, c *cluster.Cluster) *Env {
 	}
 	if has("repair") {
 		e.Bins.Repair = testbin.Project(tb, "repair")
+	}
+	if has("consul-cni-verifier") {
+		e.Bins.Verifier = testbin.Project(tb, "consul-cni-verifier")
 	}
 	return e
 }

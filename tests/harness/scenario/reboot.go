@@ -28,6 +28,7 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 	r.setPhase("the node reboots; its conflist is rewritten without consul-cni")
 	if err := r.node.Reboot(ctx, func() error {
 		r.killConsulK8s()
+		r.killVerifier()
 		if err := r.unchain(); err != nil {
 			return err
 		}
@@ -37,6 +38,11 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("reboot of node %s: %w", r.node.Name(), err)
 	}
 	r.setPhase("the node is back")
+	if r.verifier != nil {
+		if err := r.startVerifier(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if r.consulK8s != nil {
 		if err := r.runConsulK8s(ctx); err != nil {
 			return nil, err
@@ -50,6 +56,9 @@ func (r *runner) runReboot(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	if res.RecreatedActions, err = r.actionsFor(judge.ReasonSandboxRecreated); err != nil {
+		return nil, err
+	}
+	if res.VerifiedActions, err = r.actionsFor(judge.ReasonVerifiedUnredirected); err != nil {
 		return nil, err
 	}
 	broken, err := r.metricSum(metrics.BrokenPods)

@@ -112,6 +112,10 @@ type Config struct {
 	// (consulk8s.Unpack).
 	Profile   Profile
 	ConsulK8s *consulk8s.Binaries
+	// Verifier runs the node verifier (consul-cni-verifier) for the run's
+	// real node from the start, as the manifests' DaemonSet does; a
+	// reboot stops it with the node and starts it again after.
+	Verifier bool
 }
 
 func (c *Config) defaults() {
@@ -191,7 +195,10 @@ type Result struct {
 	// reason sandbox_recreated (also node-reboot).
 	Recreated        *PodResult `json:"recreated,omitempty"`
 	RecreatedActions int        `json:"recreated_actions,omitempty"`
-	SecondsObserved  float64    `json:"seconds_observed"`
+	// VerifiedActions are the controller's successful repairs with
+	// reason verified_unredirected (node-reboot run).
+	VerifiedActions int     `json:"verified_actions,omitempty"`
+	SecondsObserved float64 `json:"seconds_observed"`
 	// Controller is what the controller reported at the end
 	// (node-reboot run).
 	Controller *ControllerView `json:"controller,omitempty"`
@@ -251,10 +258,12 @@ type runner struct {
 	cniAt               time.Time
 	// consulK8s is consul-k8s's installer (ProfileRepairOnly).
 	consulK8s *consulK8sRun
-	tr        *tracker
-	phase     string
-	live      []*podTrack
-	cleanups  []func()
+	// verifier is the node verifier's process (Config.Verifier).
+	verifier *verifierRun
+	tr       *tracker
+	phase    string
+	live     []*podTrack
+	cleanups []func()
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -335,6 +344,11 @@ func (r *runner) setUp(ctx context.Context) error {
 		return fmt.Errorf("namespace %s: no default service account: %w", r.ns, err)
 	}
 
+	if r.cfg.Verifier {
+		if err := r.startVerifier(ctx); err != nil {
+			return err
+		}
+	}
 	if r.cfg.Mode != NoRepair {
 		if err := r.applyCNIManifests(ctx, false); err != nil {
 			return err
