@@ -960,10 +960,11 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 // back after the CNI pod is Ready again): the node kept its label and its
 // old cni-ready-since, every pod's sandbox was recreated before consul-cni
 // was chained again (sandbox_recreated). The CNI was not continuously ready
-// since the annotation: the gate dates readiness by the CNI pod (its Ready
-// transition, or a container start the kubelet never reported as not
-// Ready), so those pods are the race, the breaker stays closed and every one
-// is repaired. So are pods the kubelet dated just after the CNI was back
+// since the annotation: the gate dates readiness by the CNI pod, whose
+// installer container started again (also when the kubelet never reported
+// it not Ready; a later Ready transition alone is a readiness flap, which
+// moves nothing: TestBreakerCountsAfterAShortFlap), so those pods are the
+// race, the breaker stays closed and every one is repaired. So are pods the kubelet dated just after the CNI was back
 // (within the sandbox slack): their sandboxes were made while the installer
 // was starting, and only reported later. Pods whose sandbox was dated a
 // whole slack after the CNI was back and that still bypass it open the
@@ -980,12 +981,12 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 		repaired int
 		open     float64
 	}{
-		{"node-label, Ready transition", judge.GateNodeLabel, judgetest.ReadyAt(back), back - 10*time.Second, pods, 0},
+		{"node-label, container start and Ready transition", judge.GateNodeLabel, restartedReadyAt(back), back - 10*time.Second, pods, 0},
 		{"node-label, container start", judge.GateNodeLabel, judgetest.RunningSince(back), back - 10*time.Second, pods, 0},
 		{"cni-pod, container start", judge.GateCNIPod, judgetest.RunningSince(back), back - 10*time.Second, pods, 0},
-		{"node-label, sandboxes dated just after the CNI was back", judge.GateNodeLabel, judgetest.ReadyAt(back), back + 3*time.Second, pods, 0},
+		{"node-label, sandboxes dated just after the CNI was back", judge.GateNodeLabel, restartedReadyAt(back), back + 3*time.Second, pods, 0},
 		{"cni-pod, sandboxes dated within the slack after the CNI was back", judge.GateCNIPod, judgetest.RunningSince(back), back + judge.DefaultConfig().SandboxSlack - time.Second, pods, 0},
-		{"node-label, sandboxes a slack after the CNI was back", judge.GateNodeLabel, judgetest.ReadyAt(back), back + judge.DefaultConfig().SandboxSlack, 0, 1},
+		{"node-label, sandboxes a slack after the CNI was back", judge.GateNodeLabel, restartedReadyAt(back), back + judge.DefaultConfig().SandboxSlack, 0, 1},
 		{"cni-pod, sandboxes after the CNI was back", judge.GateCNIPod, judgetest.RunningSince(back), -10 * time.Second, 0, 1},
 	}
 	for _, tc := range cases {
@@ -1016,5 +1017,14 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 				t.Fatalf("open nodes gauge = %v, want %v", got, tc.open)
 			}
 		})
+	}
+}
+
+// restartedReadyAt is a CNI pod whose installer container started again 2 s
+// before its Ready transition at T0+d, as after a node reboot.
+func restartedReadyAt(d time.Duration) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		judgetest.RunningSince(d - 2*time.Second)(p)
+		judgetest.ReadyAt(d)(p)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
 )
 
@@ -74,5 +76,56 @@ func TestNodeDatedOnceIsNotFlapping(t *testing.T) {
 	a.record("n1", later.Add(-time.Second), later)
 	if n := a.redated("n1", later); n != 0 {
 		t.Fatalf("redated = %d for a readiness dated again after the window", n)
+	}
+}
+
+// After a short readiness flap of a running installer the node keeps its
+// cni-ready-since (node readiness keeps the annotation, the gate does not
+// move it by the later Ready transition): pods broken since that baseline
+// are counted by the breaker, which opens, instead of being taken by the
+// race lane at the cluster-wide cap. A restart of the installer (a node
+// reboot) is a new baseline: the same pods are then the race.
+func TestBreakerCountsAfterAShortFlap(t *testing.T) {
+	const pods = 10
+	cases := []struct {
+		name    string
+		cni     func(*corev1.Pod)
+		actions int
+		open    float64
+	}{
+		{"after a 5 s readiness flap the breaker counts them", func(p *corev1.Pod) {
+			judgetest.RunningSince(-2 * time.Hour)(p)
+			judgetest.ReadyAt(-20 * time.Second)(p) // not Ready from -25 s to -20 s
+		}, 0, 1},
+		{"after a restart of the installer they are the race", restartedReadyAt(-20 * time.Second), pods, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { defaultLimits(c); c.Gate = judge.GateNodeLabel; c.NodeReadiness = true })
+			h.addNode(nodeReadySinceAt("n1", -10*time.Minute))
+			cni := judgetest.CNIPod("n1", true, -2*time.Hour)
+			tc.cni(cni)
+			s, _ := slimCNIPod(cni)
+			if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for i := 0; i < pods; i++ {
+				// Broken since the baseline, before the flap: replacements
+				// of earlier repairs on a misconfigured node.
+				keys = append(keys, h.addPod(brokenWithSandbox(-3*time.Minute)))
+			}
+			for _, k := range keys {
+				if err := h.sync(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(h.mutations()); n != tc.actions {
+				t.Fatalf("%d actions, want %d", n, tc.actions)
+			}
+			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != tc.open {
+				t.Fatalf("open nodes gauge = %v, want %v", got, tc.open)
+			}
+		})
 	}
 }

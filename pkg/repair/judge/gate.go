@@ -247,16 +247,27 @@ func podReady(pod *corev1.Pod) bool {
 // breaker, the race lane and node readiness all rest on, defined here only:
 // recorded (the node's cni-ready-since annotation, RecordedReadySince, or a
 // stand-in for it; zero when there is none) moved forward to the readiness
-// of cniPod, the node's Ready CNI pod (nil: none known), when that is later
-// to the second (the precision of API times): the CNI was then not
-// continuously ready since recorded (a node reboot). moved says whether it
-// was moved; node readiness then moves the annotation, guarded by a test of
-// the value it replaces. The result is not clamped to now: the gates clamp
-// what they return, node readiness writes it as is (clamped, a later patch
-// would move it again and again while the clocks differ).
+// of cniPod, the node's Ready CNI pod (nil: none known), when one of its
+// running containers started later than recorded, to the second (the
+// precision of API times): the installer started again since (a node
+// reboot, a restart, a new pod), so the CNI was not continuously ready since
+// recorded. A later Ready transition alone, its containers running since
+// before, is a readiness flap of a running installer and moves nothing: node
+// readiness, which sees the not-ready spell, removes the annotation of a
+// spell longer than its bound (nodeready.FlapBound), so that such a spell
+// dates a new baseline when the CNI pod is Ready again, and keeps it over a
+// shorter one. With no recorded time the pod's readiness is the baseline.
+// moved says whether it was moved; node readiness then moves the annotation,
+// guarded by a test of the value it replaces. The result is not clamped to
+// now: the gates clamp what they return, node readiness writes it as is
+// (clamped, a later patch would move it again and again while the clocks
+// differ).
 func ReadySince(recorded time.Time, cniPod *corev1.Pod) (since time.Time, moved bool) {
 	if cniPod == nil {
 		return recorded, false
+	}
+	if !recorded.IsZero() && !lastStart(cniPod).Truncate(time.Second).After(recorded) {
+		return recorded, false // no restart since: at most a readiness flap
 	}
 	if r := podReadySince(cniPod); r.Truncate(time.Second).After(recorded) {
 		return r, true
@@ -278,12 +289,19 @@ func ReadySince(recorded time.Time, cniPod *corev1.Pod) (since time.Time, moved 
 // container's restartCount says that it restarted but not when. Container
 // start times are on the pod, read by every process the same way.
 func podReadySince(pod *corev1.Pod) time.Time {
-	var t time.Time
+	t := lastStart(pod)
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
+		if c.Type == corev1.PodReady && c.LastTransitionTime.After(t) {
 			t = c.LastTransitionTime.Time
 		}
 	}
+	return t
+}
+
+// lastStart is the latest start of pod's running containers (zero: none
+// known).
+func lastStart(pod *corev1.Pod) time.Time {
+	var t time.Time
 	for i := range pod.Status.ContainerStatuses {
 		if r := pod.Status.ContainerStatuses[i].State.Running; r != nil && r.StartedAt.After(t) {
 			t = r.StartedAt.Time

@@ -48,6 +48,10 @@ const (
 	// forward to the readiness of its CNI pod, which is later (the CNI was
 	// not continuously ready since: a node reboot).
 	ChangeReadySinceMoved = "ready_since_moved"
+	// ChangeReadySinceRemoved: the ready-since annotation, kept while the
+	// node's CNI pod was not Ready for less than the flap bound, was removed
+	// once that spell outlasted it (the label was removed at its start).
+	ChangeReadySinceRemoved = "ready_since_removed"
 )
 
 // Metric names (Prefix included) that alerts and the dashboard use.

@@ -10,10 +10,12 @@
 // waits for a plugin being removed.
 //
 // The annotation is the node's "CNI ready since" (judge.ReadySince): written
-// with the label, kept while the CNI stays ready, moved forward when the CNI
-// pod's readiness is later (a node reboot), so that the gates and the
-// circuit breaker of every replica, after a restart or a failover, read the
-// same baseline. Every change is one JSON patch that tests the values it
+// with the label, kept while the CNI stays ready and over a not-ready spell
+// of a running installer shorter than FlapBound, moved forward when the CNI
+// pod started again later (a node reboot, a new pod), removed with the label
+// or once a spell outlasts FlapBound, so that the gates and the circuit
+// breaker of every replica, after a restart or a failover, read the same
+// baseline, and a flapping installer readiness does not reset it. Every change is one JSON patch that tests the values it
 // replaces: a concurrent change makes it fail and retry on fresh data
 // instead of overwriting. In a dry run it patches nothing and says once per
 // node and decision what it would change (log, Normal Event).
@@ -78,6 +80,22 @@ const (
 // DaemonSet may be set just after it registers.
 const LiftGrace = 2 * time.Minute
 
+// FlapBound is the longest not-ready spell of a node's installer pod, its
+// container running, over which the node keeps its cni-ready-since: the
+// label goes at once (the gate closes), the annotation only once the spell
+// has lasted FlapBound. The installer's readiness probe runs every 5 s and
+// reports not Ready after 2 failures, so a passing hiccup (a probe timing out
+// on a loaded node, a foreign rewrite of the conflist the installer puts
+// back within milliseconds) ends at the next passing probe, 5 to 15 s into
+// the spell; 30 s is twice that. Longer spells are outages the breaker
+// should not hold against the node: pods made during them are of the race,
+// so they date a new baseline. A restart is not a flap, whatever its length:
+// a node reboot loses every sandbox, so a CNI pod whose container started
+// after the baseline moves it (judge.ReadySince). Kept over short spells, the
+// baseline lets the breaker count the pods a flapping node breaks instead of
+// the race lane taking them at the cluster-wide cap.
+const FlapBound = 30 * time.Second
+
 // Config is what node readiness needs of the controller's settings.
 type Config struct {
 	// DryRun: patch nothing, say what would change.
@@ -116,6 +134,7 @@ type Controller struct {
 	// startup taint of a node no CNI pod will come to is not lifted).
 	daemonSets cache.Indexer
 	liftGrace  time.Duration
+	flapBound  time.Duration
 	recorder   record.EventRecorder
 	metrics    Metrics
 	queue      workqueue.TypedRateLimitingInterface[string]
@@ -148,6 +167,7 @@ func New(cfg Config, client kubernetes.Interface, nodes, cniPods, daemonSets cac
 		now:       time.Now,
 		dryRun:    map[string]string{},
 		liftGrace: LiftGrace,
+		flapBound: FlapBound,
 	}
 	if daemonSets != nil {
 		n.daemonSets = daemonSets.GetIndexer()
@@ -294,7 +314,7 @@ func (n *Controller) sync(ctx context.Context, name string) error {
 	case remover != nil:
 		// The plugin is being removed from the node: nothing may wait for
 		// it or select the node for it any more.
-		ops, changes = n.notReadyOps(node)
+		ops, changes = n.notReadyOps(node, false)
 		ops, changes = n.removeTaintOps(node, ops, changes)
 	case cniPod != nil:
 		ops, changes = n.readyOps(node, cniPod)
@@ -318,7 +338,7 @@ func (n *Controller) sync(ctx context.Context, name string) error {
 // there (lifted says why), once the node is LiftGrace old, and otherwise
 // re-added when asked.
 func (n *Controller) withoutCNIPodOps(node *corev1.Node) (ops []jsonOp, changes []string, lifted string) {
-	ops, changes = n.notReadyOps(node)
+	ops, changes = n.notReadyOps(node, n.shortSpell(node.Name))
 	why, none := n.noCNIPodComing(node)
 	switch {
 	case none && hasTaint(node.Spec.Taints, n.cfg.StartupTaintKey):
@@ -375,12 +395,13 @@ func (n *Controller) noCNIPodComing(node *corev1.Node) (why string, none bool) {
 // readyOps: label the node ready with its ready-since annotation (written
 // together, so the breaker's baseline is the label's own time), backfill the
 // annotation of a node labelled without one, and keep it meaning
-// "continuously ready since" (judge.ReadySince): an existing valid one is
-// kept unless the CNI pod's readiness (its Ready transition or a later
-// container start) is later, which means the CNI was not ready all along (a
-// node reboot the label and the annotation outlived, maybe while this
-// process was down, so it never saw the CNI not ready); then it is moved
-// forward to that time, guarded by a test of the value it replaces.
+// "continuously ready since, readiness flaps shorter than the flap bound
+// aside" (judge.ReadySince): an existing valid one is kept unless one of the
+// CNI pod's containers started later, which means the installer started
+// again (a node reboot the label and the annotation outlived, maybe while
+// this process was down, so it never saw the CNI not ready); then it is
+// moved forward to the pod's readiness, guarded by a test of the value it
+// replaces.
 func (n *Controller) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
@@ -388,10 +409,11 @@ func (n *Controller) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, 
 		ops = append(ops, addMapEntry(node, "labels", node.Labels, annotations.LabelCNIReady, annotations.LabelCNIReadyValue)...)
 		changes = append(changes, metrics.ChangeLabelAdded)
 	}
-	// An annotation kept while the label is missing means the label was
-	// removed by someone else while the CNI stayed ready (removing
-	// readiness here removes both): the baseline stands, unless the CNI
-	// pod says otherwise.
+	// An annotation kept while the label is missing means a not-ready
+	// spell shorter than the flap bound, or the label removed by someone
+	// else while the CNI stayed ready (a longer spell or a removal of
+	// readiness here removes both): the baseline stands, unless the CNI pod
+	// started again since.
 	current, ok := judge.RecordedReadySince(node)
 	since, moved := judge.ReadySince(current, cniPod)
 	switch {
@@ -411,8 +433,39 @@ func (n *Controller) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, 
 	return ops, changes
 }
 
-// notReadyOps: remove the label and its ready-since annotation.
-func (n *Controller) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
+// shortSpell reports whether the node's installer is in a not-ready spell
+// shorter than the flap bound: a CNI pod there, neither terminating nor
+// uninstalling, running but not Ready since less than the bound ago (its
+// Ready condition's transition, on the pod, so every process reads the same
+// spell). The node is then queued again for when the bound is reached: a
+// spell that outlasts it loses the annotation.
+func (n *Controller) shortSpell(name string) bool {
+	objs, err := n.cniPods.ByIndex(judge.IndexByNode, name)
+	if err != nil {
+		return false
+	}
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning ||
+			pod.Labels[annotations.LabelInstallerMode] == annotations.InstallerModeUninstall {
+			continue
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type != corev1.PodReady || c.Status == corev1.ConditionTrue || c.LastTransitionTime.IsZero() {
+				continue
+			}
+			if spell := n.now().Sub(c.LastTransitionTime.Time); spell < n.flapBound {
+				n.queue.AddAfter(name, min(n.flapBound-spell, n.flapBound))
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// notReadyOps: remove the label and, unless keepSince (a not-ready spell
+// shorter than the flap bound), its ready-since annotation.
+func (n *Controller) notReadyOps(node *corev1.Node, keepSince bool) ([]jsonOp, []string) {
 	var ops []jsonOp
 	var changes []string
 	if judge.LabelledReady(node) {
@@ -422,9 +475,12 @@ func (n *Controller) notReadyOps(node *corev1.Node) ([]jsonOp, []string) {
 			jsonOp{Op: "remove", Path: labelPath})
 		changes = append(changes, metrics.ChangeLabelRemoved)
 	}
-	if v, ok := node.Annotations[annotations.AnnotationCNIReadySince]; ok {
+	if v, ok := node.Annotations[annotations.AnnotationCNIReadySince]; ok && !keepSince {
 		path := "/metadata/annotations/" + jsonPointerEscape(annotations.AnnotationCNIReadySince)
 		ops = append(ops, jsonOp{Op: "test", Path: path, Value: v}, jsonOp{Op: "remove", Path: path})
+		if !judge.LabelledReady(node) {
+			changes = append(changes, metrics.ChangeReadySinceRemoved)
+		}
 	}
 	return ops, changes
 }
@@ -531,8 +587,9 @@ func (n *Controller) patch(ctx context.Context, node *corev1.Node, cniPod, remov
 // make, once per node and decision: the node does not change, so without
 // this every update of its CNI pod would repeat it.
 func (n *Controller) reportDryRun(ctx context.Context, node *corev1.Node, cniPod *corev1.Pod, changes []string) {
-	if len(changes) == 0 || (len(changes) == 1 && (changes[0] == metrics.ChangeReadySinceAdded || changes[0] == metrics.ChangeReadySinceMoved)) {
-		return // only the ready-since annotation: backfilled or moved
+	if len(changes) == 0 || (len(changes) == 1 && (changes[0] == metrics.ChangeReadySinceAdded || changes[0] == metrics.ChangeReadySinceMoved ||
+		changes[0] == metrics.ChangeReadySinceRemoved)) {
+		return // only the ready-since annotation: backfilled, moved or removed
 	}
 	desc := n.describeChanges(changes)
 	n.mu.Lock()
@@ -578,6 +635,9 @@ func (n *Controller) describeChanges(changes []string) string {
 			out = append(out, "added annotation "+annotations.AnnotationCNIReadySince)
 		case metrics.ChangeReadySinceMoved:
 			out = append(out, "moved annotation "+annotations.AnnotationCNIReadySince+" forward to the CNI pod's readiness")
+		case metrics.ChangeReadySinceRemoved:
+			out = append(out, "removed annotation "+annotations.AnnotationCNIReadySince+
+				" (the CNI pod not Ready for "+n.flapBound.String()+" or more)")
 		default:
 			out = append(out, c)
 		}

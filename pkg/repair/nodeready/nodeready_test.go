@@ -451,12 +451,14 @@ func TestNodeUninstallingRemovesLabelAndTaint(t *testing.T) {
 	}
 }
 
-// The ready-since annotation means "continuously ready since": when the CNI
-// pod's readiness (its Ready transition, or a later start of a running
-// container: a restart the kubelet never reported as not Ready) is later
-// than it, the CNI was not ready all along (a node reboot this process did
-// not see) and the annotation moves forward, guarded by a test of the old
-// value; otherwise it is kept.
+// The ready-since annotation means "continuously ready since": when one of
+// the CNI pod's containers started later than it (a restart, also one the
+// kubelet never reported as not Ready), the installer started again (a node
+// reboot this process did not see) and the annotation moves forward to the
+// pod's readiness, guarded by a test of the old value; otherwise it is kept,
+// also when only the Ready transition is later: a readiness flap of a
+// running installer that this process did not see, whose length it cannot
+// tell.
 func TestNodeReadySinceContinuous(t *testing.T) {
 	old := annotations.FormatTime(judgetest.T0.Add(-10 * time.Minute))
 	cases := []struct {
@@ -466,9 +468,10 @@ func TestNodeReadySinceContinuous(t *testing.T) {
 		started  *time.Duration // a running container's start, if any
 		want     string         // the annotation after sync
 	}{
-		{"ready transition later", true, -time.Minute, nil, annotations.FormatTime(judgetest.T0.Add(-time.Minute))},
+		{"ready transition later, container restarted", true, -time.Minute, durp(-70 * time.Second), annotations.FormatTime(judgetest.T0.Add(-time.Minute))},
+		{"ready transition later, container running since before (an unseen flap)", true, -time.Minute, durp(-2 * time.Hour), old},
 		{"container restarted, transition not reported", true, -time.Hour, durp(-2 * time.Minute), annotations.FormatTime(judgetest.T0.Add(-2 * time.Minute))},
-		{"label removed by someone else, CNI restarted since", false, -30 * time.Second, nil, annotations.FormatTime(judgetest.T0.Add(-30 * time.Second))},
+		{"label removed by someone else, CNI restarted since", false, -30 * time.Second, durp(-31 * time.Second), annotations.FormatTime(judgetest.T0.Add(-30 * time.Second))},
 		{"continuously ready", true, -time.Hour, durp(-time.Hour - time.Second), old},
 		{"same second", true, -10*time.Minute + 800*time.Millisecond, nil, old},
 	}
@@ -521,7 +524,7 @@ func TestNodeReadySinceContinuous(t *testing.T) {
 func TestNodeReadySinceMoveIsGuarded(t *testing.T) {
 	node := nodeObject(map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue})
 	node.Annotations = map[string]string{annotations.AnnotationCNIReadySince: annotations.FormatTime(judgetest.T0.Add(-10 * time.Minute))}
-	h := newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -time.Minute))
+	h := newNRHarness(t, nil, node, judgetest.CNIPod("n1", true, -time.Minute, judgetest.RunningSince(-time.Minute)))
 	live := h.node()
 	live.Annotations[annotations.AnnotationCNIReadySince] = annotations.FormatTime(judgetest.T0.Add(-5 * time.Minute))
 	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
@@ -562,4 +565,69 @@ func gateOn(t *testing.T, node *corev1.Node) judge.Gate {
 		t.Fatal(err)
 	}
 	return judge.NewGate(judge.GateNodeLabel, corelisters.NewNodeLister(nodes), nil, time.Now(), false)
+}
+
+// A not-ready spell of a running installer shorter than FlapBound keeps the
+// node's cni-ready-since (the label goes at once: the gate closes); a longer
+// one, seen while it lasts or only once it has outlasted the bound, loses
+// it, so readiness dates a new baseline; a restart of the installer in the
+// spell (a node reboot) moves it, however short the spell.
+func TestReadinessFlapsShorterThanTheBoundKeepTheBaseline(t *testing.T) {
+	old := judgetest.T0.Add(-10 * time.Minute)
+	cases := []struct {
+		name     string
+		seen     []time.Duration // when the controller synced during the spell, from its start
+		spell    time.Duration   // when the installer was Ready again
+		restart  *time.Duration  // its container's new start, if it restarted
+		want     time.Time
+		removals float64 // ready_since_removed changes
+	}{
+		{"a 5 s flap keeps the baseline", []time.Duration{time.Second}, 5 * time.Second, nil, old, 0},
+		{"a flap just under the bound keeps the baseline", []time.Duration{time.Second, FlapBound - time.Second}, FlapBound - time.Second, nil, old, 0},
+		{"a flap longer than the bound moves it", []time.Duration{time.Second, FlapBound}, 45 * time.Second, nil, judgetest.T0.Add(45 * time.Second), 1},
+		{"a long spell first seen after the bound moves it", []time.Duration{40 * time.Second}, 45 * time.Second, nil, judgetest.T0.Add(45 * time.Second), 0},
+		{"a 5 s spell ending in a restart of the installer moves it", []time.Duration{time.Second}, 5 * time.Second, durp(4 * time.Second), judgetest.T0.Add(5 * time.Second), 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Other labels and annotations: the fake API returns empty maps
+			// where the real one returns none.
+			node := nodeObject(map[string]string{"a": "b", annotations.LabelCNIReady: annotations.LabelCNIReadyValue})
+			node.Annotations = map[string]string{"example.com/x": "y", annotations.AnnotationCNIReadySince: annotations.FormatTime(old)}
+			cni := judgetest.CNIPod("n1", false, 0, judgetest.RunningSince(-2*time.Hour))
+			h := newNRHarness(t, nil, node, cni)
+			step := func(at time.Duration) {
+				t.Helper()
+				h.n.now = func() time.Time { return judgetest.T0.Add(at) }
+				if err := h.n.sync(context.Background(), "n1"); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.nodes.GetIndexer().Update(h.node()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, at := range tc.seen {
+				step(at)
+				if n := h.node(); judge.LabelledReady(n) {
+					t.Fatalf("%s into the spell: still labelled ready", at)
+				}
+			}
+			judgetest.ReadyAt(tc.spell)(cni)
+			cni.Status.Conditions[0].Status = corev1.ConditionTrue
+			if tc.restart != nil {
+				cni.Status.ContainerStatuses[0].State.Running.StartedAt = judgetest.At(*tc.restart)
+			}
+			if err := h.cniPods.GetIndexer().Update(cni); err != nil {
+				t.Fatal(err)
+			}
+			step(tc.spell)
+			n := h.node()
+			if got, ok := judge.RecordedReadySince(n); !ok || !got.Equal(tc.want) || !judge.LabelledReady(n) {
+				t.Fatalf("cni-ready-since %v (%v), labels %v; want %s and the label", got, ok, n.Labels, annotations.FormatTime(tc.want))
+			}
+			if got := changes(h.metrics, metrics.ChangeReadySinceRemoved, metrics.ResultSuccess); got != tc.removals {
+				t.Fatalf("ready_since_removed = %v, want %v", got, tc.removals)
+			}
+		})
+	}
 }
