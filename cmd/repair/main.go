@@ -80,7 +80,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 
 	o.detection.AddFlags(fs, &c.Config.Config)
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Audit mode: mutate no pod; log the decision, emit a Normal WouldRepair Event and count it in consul_cni_repair_dry_run_pod_repairs_total.")
-	fs.IntVar(&c.MaxRepairsPerMinute, "max-repairs-per-minute", c.MaxRepairsPerMinute, "Cap on actions in any minute, cluster-wide; pods not of the race are also paced by a token bucket of this rate (burst a tenth of it).")
+	fs.IntVar(&c.MaxRepairsPerMinute, "max-repairs-per-minute", c.MaxRepairsPerMinute, "Cap on actions in any minute, cluster-wide; pods not of the race are also paced by a token bucket of this rate (burst a tenth of it). Shared between namespaces: while broken pods of other namespaces wait, each namespace takes at most an even share of it (at least 1); a namespace alone takes at most the cap less a tenth (the whole of a cap under 10), so the first pods of another find room at once.")
 	fs.IntVar(&c.MaxRepairsPerNodePerMinute, "max-repairs-per-node-per-minute", c.MaxRepairsPerNodePerMinute, "Actions per minute on any one node (fairness) for pods not of the race (sandbox not older than the node's dated CNI readiness).")
 	fs.DurationVar(&c.BackoffBase, "backoff-base", c.BackoffBase, "First retry delay of a pod whose action failed or was blocked by a PodDisruptionBudget (doubles each time).")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "Longest retry delay of a pod.")
