@@ -19,6 +19,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/cluster"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/simnode"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -112,7 +113,7 @@ func TestCheckOnSimulatedNodes(t *testing.T) {
 	}
 	tokFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokFile, []byte(tok), 0o600)
-	src, err := install.ClientSourceFromREST(&rest.Config{Host: chained.APIServer(), BearerTokenFile: tokFile,
+	src, err := credentials.FromREST(&rest.Config{Host: chained.APIServer(), BearerTokenFile: tokFile,
 		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData, ServerName: "127.0.0.1"}}) // the node proxies the apiserver, whose certificate names 127.0.0.1
 	if err != nil {
 		t.Fatal(err)

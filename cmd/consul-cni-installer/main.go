@@ -34,6 +34,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cmdutil"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/removal"
 )
 
@@ -202,7 +203,7 @@ func ready(o *options, out io.Writer) int {
 	cfg := o.config()
 	// The probe only reads files; it checks that the kubeconfig and
 	// token the run command writes are present.
-	cfg.Client = &install.ClientSource{}
+	cfg.Client = &credentials.Source{}
 	in, err := install.New(cfg)
 	if err == nil {
 		err = in.Ready(procRoot)
@@ -301,7 +302,7 @@ func uninstallAll(ctx context.Context, o *options) int {
 
 // podAlive asks the API whether the pod another installer's token is bound
 // to still runs (the installer may get pods).
-func podAlive(c kubernetes.Interface) install.PodAlive {
+func podAlive(c kubernetes.Interface) credentials.PodAlive {
 	return func(ctx context.Context, ns, name, uid string) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -339,7 +340,7 @@ func runInstaller(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("client configuration: %w", err)
 	}
-	src, err := install.ClientSourceFromREST(rc)
+	src, err := credentials.FromREST(rc)
 	if err != nil {
 		return err
 	}

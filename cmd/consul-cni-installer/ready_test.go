@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 )
 
 // chainedNode makes a node on which an installer pass has chained the
@@ -37,7 +38,7 @@ func chainedNode(t *testing.T) (dir string, o *options) {
 	o = &options{BinDir: filepath.Join(dir, "bin"), NetDir: filepath.Join(dir, "net"), HostBinDir: "/opt/cni/bin",
 		HostNetDir: "/etc/cni/net.d", PluginBinary: filepath.Join(dir, "image/consul-cni"), LogLevel: "info", Resync: time.Minute}
 	cfg := o.config()
-	cfg.Client = &install.ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: filepath.Join(dir, "sa/token")}
+	cfg.Client = &credentials.Source{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: filepath.Join(dir, "sa/token")}
 	in, err := install.New(cfg)
 	if err != nil {
 		t.Fatal(err)

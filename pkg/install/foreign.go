@@ -13,6 +13,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -96,7 +97,7 @@ func (in *Installer) judgeForeignEntry(ctx context.Context, raw []byte, listPath
 		}
 		return replaceEntry
 	}
-	if ownKubeconfig(b) {
+	if credentials.Ours(b) {
 		return replaceEntry // an earlier installer of ours wrote it
 	}
 	if !in.foreignPodAlive(ctx, b) {
@@ -144,16 +145,16 @@ func (in *Installer) foreignPodAlive(ctx context.Context, kubeconfig []byte) boo
 			}
 			tok = b
 		}
-		c, ok := podClaims(tok)
+		p, ok := credentials.PodOf(tok)
 		if !ok {
 			continue
 		}
-		if in.foreign.seenRecently(c.K8s.Pod.UID, time.Now()) {
+		if in.foreign.seenRecently(p.UID, time.Now()) {
 			return true
 		}
-		gone, err := in.cfg.PodGone(ctx, c.K8s.Namespace, c.K8s.Pod.Name, c.K8s.Pod.UID)
+		gone, err := in.cfg.PodGone(ctx, p.Namespace, p.Name, p.UID)
 		if err == nil && !gone {
-			in.foreign.seen(c.K8s.Pod.UID, time.Now())
+			in.foreign.seen(p.UID, time.Now())
 		}
 		return err != nil || !gone
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials/credentialstest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -47,8 +48,8 @@ func consulK8sEntryJSON(netDir, kubeconfig string) string {
 }
 
 func TestJudgeForeignEntry(t *testing.T) {
-	live := fakeToken("consul-cni-abcde", "uid-live", time.Now().Add(time.Hour))
-	gone := fakeToken("consul-cni-fghij", "uid-gone", time.Now().Add(time.Hour))
+	live := credentialstest.PodToken("consul-cni-abcde", "uid-live", time.Now().Add(time.Hour))
+	gone := credentialstest.PodToken("consul-cni-fghij", "uid-gone", time.Now().Add(time.Hour))
 	podGone := func(_ context.Context, _, _, uid string) (bool, error) {
 		switch uid {
 		case "uid-live":
@@ -76,7 +77,7 @@ func TestJudgeForeignEntry(t *testing.T) {
 		{"consul-k8s's, its pod gone without its cleanup", consulK8sEntryJSON("/etc/cni/net.d", consulK8sInstallationKubeconfig),
 			map[string]string{consulK8sInstallationKubeconfig: kubeconfigWith(t, gone, "")}, time.Minute, replaceEntry},
 		{"consul-k8s's, the API does not answer", consulK8sEntryJSON("/etc/cni/net.d", consulK8sInstallationKubeconfig),
-			map[string]string{consulK8sInstallationKubeconfig: kubeconfigWith(t, fakeToken("p", "uid-unknown", time.Now().Add(time.Hour)), "")}, time.Minute, keepEntry},
+			map[string]string{consulK8sInstallationKubeconfig: kubeconfigWith(t, credentialstest.PodToken("p", "uid-unknown", time.Now().Add(time.Hour)), "")}, time.Minute, keepEntry},
 		{"consul-k8s's with autorotate-token, its pod gone", consulK8sEntryJSON("/etc/cni/net.d", consulK8sInstallationKubeconfig),
 			map[string]string{consulK8sInstallationKubeconfig: kubeconfigWith(t, "", "/etc/cni/net.d/cni-host-token-x"), "cni-host-token-x": gone}, time.Minute, replaceEntry},
 		{"consul-k8s's with autorotate-token, running", consulK8sEntryJSON("/etc/cni/net.d", consulK8sInstallationKubeconfig),
@@ -201,7 +202,7 @@ func TestForeignPodAskedOncePerTTL(t *testing.T) {
 	in := n.installer(t, func(cfg *Config) {
 		cfg.PodGone = func(context.Context, string, string, string) (bool, error) { asked++; return false, nil }
 	})
-	kc := []byte(kubeconfigWith(t, fakeToken("consul-cni-abcde", "uid-live", time.Now().Add(time.Hour)), ""))
+	kc := []byte(kubeconfigWith(t, credentialstest.PodToken("consul-cni-abcde", "uid-live", time.Now().Add(time.Hour)), ""))
 	for i := 0; i < 3; i++ {
 		if !in.foreignPodAlive(context.Background(), kc) {
 			t.Fatal("pod taken for gone")

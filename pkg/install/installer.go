@@ -31,6 +31,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
@@ -56,7 +57,7 @@ type Config struct {
 	Backend string
 	// Client is the source of the plugin's kubeconfig. When nil no
 	// kubeconfig is written (the plugin then cannot reach the API).
-	Client *ClientSource
+	Client *credentials.Source
 	// Resync is the period of full passes besides those triggered by file
 	// events; it also bounds how stale the plugin's token copy can get.
 	Resync time.Duration
@@ -64,8 +65,8 @@ type Config struct {
 	// finish before it looks.
 	Debounce time.Duration
 	// PodAlive tells whether the pod another installer's token is bound to
-	// still runs (see token.go); nil without API access.
-	PodAlive PodAlive
+	// still runs (credentials.Decide); nil without API access.
+	PodAlive credentials.PodAlive
 	// PodGone tells whether a pod no longer exists at all (being deleted
 	// does not count): consul-k8s's entry stays until its installer's pod
 	// is gone or its cleanup removed it (foreign.go). nil without API
@@ -253,12 +254,12 @@ func (in *Installer) afterChain(ctx context.Context, st PassResult) (PassResult,
 // writeKubeconfig writes the plugin's kubeconfig; tests make it fail.
 var writeKubeconfig = nodefile.WriteAtomic
 
-// writeCredentials writes the token copy (see token.go for which token
+// writeCredentials writes the token copy (see credentials.Decide for which token
 // wins when another installer runs too) and the kubeconfig when they differ
 // from what is on disk.
 func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, recheck bool, err error) {
 	// The kubeconfig first: it names the token file and holds no secret.
-	kc, err := PluginKubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, cniconf.TokenFileName))
+	kc, err := credentials.Kubeconfig(*in.cfg.Client, filepath.Join(in.cfg.HostNetDir, cniconf.TokenFileName))
 	if err != nil {
 		return nil, false, err
 	}
@@ -270,14 +271,14 @@ func (in *Installer) writeCredentials(ctx context.Context) (wrote []string, rech
 		wrote = append(wrote, "kubeconfig")
 		in.cfg.Metrics.wrote(WroteKubeconfig)
 	}
-	tok, err := in.cfg.Client.token()
+	tok, err := in.cfg.Client.ReadToken()
 	if err != nil {
 		return wrote, false, err
 	}
 	tokenPath := filepath.Join(in.cfg.NetDir, cniconf.TokenFileName)
 	write := true
 	if cur, err := os.ReadFile(tokenPath); err == nil {
-		write, recheck = tokenDecision(ctx, cur, tok, in.cfg.PodAlive, time.Now())
+		write, recheck = credentials.Decide(ctx, cur, tok, in.cfg.PodAlive, time.Now())
 	}
 	if write {
 		if err := nodefile.WriteAtomic(tokenPath, tok, 0o600); err != nil {

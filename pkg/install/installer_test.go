@@ -17,13 +17,13 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 )
@@ -63,7 +63,7 @@ func (n node) installer(t *testing.T, mutate ...func(*Config)) *Installer {
 	cfg := Config{
 		BinDir: n.bin, NetDir: n.net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
 		PluginBinary: n.src, LogLevel: "info",
-		Client:   &ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: n.token},
+		Client:   &credentials.Source{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: n.token},
 		Resync:   time.Hour,
 		Debounce: 20 * time.Millisecond,
 	}
@@ -534,45 +534,6 @@ func swapToken(t *testing.T, n node, token string) {
 	}
 }
 
-func TestClientSourceFromREST(t *testing.T) {
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	os.WriteFile(ca, []byte("CAFILE"), 0o644)
-	for _, tc := range []struct {
-		name    string
-		cfg     *rest.Config
-		want    ClientSource
-		wantErr string
-	}{
-		{name: "in-cluster", cfg: &rest.Config{Host: "https://10.96.0.1:443", BearerToken: "t", BearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token",
-			TLSClientConfig: rest.TLSClientConfig{CAFile: ca}},
-			want: ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CAFILE"), TokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token", Token: "t"}},
-		{name: "host without scheme", cfg: &rest.Config{Host: "127.0.0.1:6443", BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("X"), ServerName: "kubernetes"}},
-			want: ClientSource{Server: "https://127.0.0.1:6443", CAData: []byte("X"), Token: "t", TLSServerName: "kubernetes"}},
-		{name: "client certificate", cfg: &rest.Config{Host: "https://h", TLSClientConfig: rest.TLSClientConfig{CertData: []byte("c"), KeyData: []byte("k")}},
-			wantErr: "client certificate"},
-		{name: "no server", cfg: &rest.Config{BearerToken: "t"}, wantErr: "no server"},
-		{name: "missing CA file", cfg: &rest.Config{Host: "https://h", BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(dir, "nope")}},
-			wantErr: "CA file"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ClientSourceFromREST(tc.cfg)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tc.want) {
-				t.Errorf("got %+v\nwant %+v", got, tc.want)
-			}
-		})
-	}
-}
-
 // runInstaller starts Run and returns a function that waits for a pass
 // whose status satisfies cond.
 type runner struct {
@@ -735,7 +696,7 @@ func BenchmarkReady(b *testing.B) {
 	os.WriteFile(n.token, []byte("t"), 0o600)
 	os.WriteFile(filepath.Join(n.net, "10-kindnet.conflist"), []byte(conflisttest.Kindnet), 0o644)
 	in, err := New(Config{BinDir: n.bin, NetDir: n.net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
-		PluginBinary: n.src, Client: &ClientSource{Server: "https://h", TokenFile: n.token}})
+		PluginBinary: n.src, Client: &credentials.Source{Server: "https://h", TokenFile: n.token}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -762,7 +723,7 @@ func BenchmarkReconcileSteadyState(b *testing.B) {
 	os.WriteFile(token, []byte("t"), 0o600)
 	os.WriteFile(filepath.Join(net, "10-kindnet.conflist"), []byte(conflisttest.Kindnet), 0o644)
 	in, _ := New(Config{BinDir: bin, NetDir: net, HostBinDir: "/opt/cni/bin", HostNetDir: "/etc/cni/net.d",
-		PluginBinary: src, Client: &ClientSource{Server: "https://h", TokenFile: token}})
+		PluginBinary: src, Client: &credentials.Source{Server: "https://h", TokenFile: token}})
 	ctx := klog.NewContext(context.Background(), klog.Background().V(10))
 	in.Reconcile(ctx)
 	b.ResetTimer()

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/placement"
 )
@@ -94,16 +95,16 @@ func APIDecider(c kubernetes.Interface, namespace, name string) Decider {
 
 // PodOf returns the pod the installer's pod-bound service-account token
 // names; ok is false outside a pod.
-func PodOf(s ClientSource) (namespace, name string, ok bool) {
-	tok, err := s.token()
+func PodOf(s credentials.Source) (namespace, name string, ok bool) {
+	tok, err := s.ReadToken()
 	if err != nil {
 		return "", "", false
 	}
-	c, ok := podClaims(tok)
-	if !ok || c.K8s.Pod.Name == "" {
+	p, ok := credentials.PodOf(tok)
+	if !ok || p.Name == "" {
 		return "", "", false
 	}
-	return c.K8s.Namespace, c.K8s.Pod.Name, true
+	return p.Namespace, p.Name, true
 }
 
 // ownCredentialsRefused reports whether the API refused the installer's

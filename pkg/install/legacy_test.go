@@ -15,6 +15,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -38,7 +39,7 @@ func consulK8sKubeconfig(t *testing.T) []byte {
 // wrote under cniconf.LegacyKubeconfigFileName.
 func legacyKubeconfig(t *testing.T) []byte {
 	t.Helper()
-	b, err := PluginKubeconfig(ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CA")}, "/etc/cni/net.d/"+cniconf.TokenFileName)
+	b, err := credentials.Kubeconfig(credentials.Source{Server: "https://10.96.0.1:443", CAData: []byte("CA")}, "/etc/cni/net.d/"+cniconf.TokenFileName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,42 +51,6 @@ func legacyKubeconfig(t *testing.T) []byte {
 func listWithEntry(kubeconfig string) string {
 	return `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"ptp","ipam":{"type":"host-local"}},` +
 		`{"name":"consul-cni","type":"consul-cni","cni_bin_dir":"/opt/cni/bin","cni_net_dir":"/etc/cni/net.d","kubeconfig":"` + kubeconfig + `","log_level":"info","multus":false}]}`
-}
-
-func TestOwnKubeconfig(t *testing.T) {
-	withFile := func(mut func(*clientcmdapi.AuthInfo)) string {
-		a := &clientcmdapi.AuthInfo{TokenFile: "/etc/cni/net.d/" + cniconf.TokenFileName}
-		mut(a)
-		b, err := clientcmd.Write(clientcmdapi.Config{AuthInfos: map[string]*clientcmdapi.AuthInfo{"u": a}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	for _, tc := range []struct {
-		name string
-		kc   string
-		want bool
-	}{
-		{"ours", string(legacyKubeconfig(t)), true},
-		{"ours, other host net dir", withFile(func(a *clientcmdapi.AuthInfo) { a.TokenFile = "/var/lib/cni/net.d/" + cniconf.TokenFileName }), true},
-		{"consul-k8s's: embedded token", string(consulK8sKubeconfig(t)), false},
-		{"token file and embedded token", withFile(func(a *clientcmdapi.AuthInfo) { a.Token = "x" }), false},
-		{"another token file", withFile(func(a *clientcmdapi.AuthInfo) { a.TokenFile = "/var/run/secrets/token" }), false},
-		{"client certificate", withFile(func(a *clientcmdapi.AuthInfo) { a.ClientCertificateData = []byte("c") }), false},
-		{"no user", `apiVersion: v1
-kind: Config
-clusters: []
-`, false},
-		{"not a kubeconfig", "{", false},
-		{"empty", "", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := ownKubeconfig([]byte(tc.kc)); got != tc.want {
-				t.Errorf("ownKubeconfig = %v, want %v for\n%s", got, tc.want, tc.kc)
-			}
-		})
-	}
 }
 
 // entryKubeconfig returns the kubeconfig the consul-cni entry of a list

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -119,9 +120,9 @@ func (in *Installer) self() Owner {
 	if in.cfg.Client == nil {
 		return o
 	}
-	if tok, err := in.cfg.Client.token(); err == nil {
-		if c, ok := podClaims(tok); ok {
-			o.Namespace, o.Pod, o.UID = c.K8s.Namespace, c.K8s.Pod.Name, c.K8s.Pod.UID
+	if tok, err := in.cfg.Client.ReadToken(); err == nil {
+		if p, ok := credentials.PodOf(tok); ok {
+			o.Namespace, o.Pod, o.UID = p.Namespace, p.Name, p.UID
 		}
 	}
 	return o

@@ -12,6 +12,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist/conflisttest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials/credentialstest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 )
 
@@ -150,15 +152,15 @@ func TestSameVersionOverlapConverges(t *testing.T) {
 	n := newHostDirs(t)
 	conflisttest.WriteFiles(t, n.root, map[string]string{
 		"etc/cni/net.d/10-kindnet.conflist": ownerTestList,
-		"sa-a/token":                        fakeToken("consul-cni-a", "uid-a", time.Now().Add(time.Hour)),
-		"sa-b/token":                        fakeToken("consul-cni-b", "uid-b", time.Now().Add(time.Hour)),
+		"sa-a/token":                        credentialstest.PodToken("consul-cni-a", "uid-a", time.Now().Add(time.Hour)),
+		"sa-b/token":                        credentialstest.PodToken("consul-cni-b", "uid-b", time.Now().Add(time.Hour)),
 	})
 	alive := map[string]bool{"uid-a": true, "uid-b": true}
 	podAlive := func(_ context.Context, _, _, uid string) (bool, error) { return alive[uid], nil }
 	mk := func(token, backend string) *Installer {
 		return n.installer(t, func(c *Config) {
 			c.Version, c.Backend, c.PodAlive = "v0.2.0", backend, podAlive
-			c.Client = &ClientSource{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: filepath.Join(n.root, token)}
+			c.Client = &credentials.Source{Server: "https://10.96.0.1:443", CAData: []byte("CA"), TokenFile: filepath.Join(n.root, token)}
 		})
 	}
 	a, b := mk("sa-a/token", cniconf.BackendIptables), mk("sa-b/token", cniconf.BackendNftables)
