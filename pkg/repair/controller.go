@@ -87,7 +87,6 @@ type Controller struct {
 	cfg      Config
 	detector judge.Detector
 	client   kubernetes.Interface
-	pods     corelisters.PodLister
 	podIndex cache.Indexer
 	nodes    corelisters.NodeLister
 	gate     judge.Gate
@@ -124,7 +123,6 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		cfg:      cfg,
 		detector: cfg.Detector(),
 		client:   client,
-		pods:     corelisters.NewPodLister(inf.Pods.GetIndexer()),
 		podIndex: inf.Pods.GetIndexer(),
 		nodes:    corelisters.NewNodeLister(inf.Nodes.GetIndexer()),
 		recorder: recorder,
@@ -276,19 +274,16 @@ func (c *Controller) enqueuePod(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	if p, ok := obj.(*corev1.Pod); ok && annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
+	if p, ok := podOf(obj); ok && annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 		c.metrics.knowNamespace(p.Namespace)
 	}
 	c.queue.Add(key)
 }
 
 func (c *Controller) podDeleted(obj interface{}) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if pod, ok := obj.(*corev1.Pod); ok {
+	if uid, ok := cachedUID(obj); ok {
 		c.mu.Lock()
-		delete(c.state, pod.UID)
+		delete(c.state, uid)
 		c.mu.Unlock()
 	}
 }
@@ -343,12 +338,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		utilruntime.HandleErrorWithContext(ctx, err, "Bad queue key", "key", key)
 		return nil
 	}
-	pod, err := c.pods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
+	obj, exists, err := c.podIndex.GetByKey(ns + "/" + name)
 	if err != nil {
 		return err
+	}
+	pod, ok := podOf(obj)
+	if !exists || !ok {
+		return nil
 	}
 	now := c.now()
 	v := c.detector.Detect(pod, now)
@@ -412,8 +408,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 func (c *Controller) forgetGonePods() {
 	live := map[types.UID]bool{}
 	for _, o := range c.podIndex.List() {
-		if p, ok := o.(*corev1.Pod); ok {
-			live[p.UID] = true
+		if uid, ok := cachedUID(o); ok {
+			live[uid] = true
 		}
 	}
 	c.mu.Lock()
@@ -459,8 +455,9 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	}
 	broken, total := 0, 0
 	var earliest time.Time // of the counted sandboxes, for the log
+	var buf podBuffer
 	for _, o := range objs {
-		p, ok := o.(*corev1.Pod)
+		p, ok := podIn(o, &buf)
 		if !ok || !c.detector.CountedByBreaker(p, since) {
 			continue
 		}
@@ -642,8 +639,9 @@ func labelPatch(pod *corev1.Pod) ([]byte, error) {
 func (c *Controller) brokenCounts() map[string]map[judge.Reason]int {
 	out := map[string]map[judge.Reason]int{}
 	now := c.now()
+	var buf podBuffer
 	for _, o := range c.podIndex.List() {
-		p, ok := o.(*corev1.Pod)
+		p, ok := podIn(o, &buf)
 		if !ok || !annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 			continue
 		}

@@ -73,7 +73,7 @@ func (h *harness) addPod(p *corev1.Pod) string {
 	if _, err := h.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	s, _ := slimDefault(p.DeepCopy())
+	s, _ := cacheDefault(p.DeepCopy())
 	if err := h.inf.Pods.GetIndexer().Add(s); err != nil {
 		h.t.Fatal(err)
 	}
@@ -248,8 +248,9 @@ func TestLabelActionKeepsLabelsTheCacheDoesNotHold(t *testing.T) {
 	p := brokenB()
 	p.Labels = map[string]string{"app": "web", "pod-template-hash": "5d8f"}
 	key := h.addPod(p)
-	if cached, err := h.c.pods.Pods(p.Namespace).Get(p.Name); err != nil || len(cached.Labels) != 0 {
-		t.Fatalf("precondition: the cache should hold none of these labels: %v %v", cached.Labels, err)
+	obj, _, err := h.inf.Pods.GetIndexer().GetByKey(key)
+	if cached, ok := podOf(obj); err != nil || !ok || len(cached.Labels) != 0 {
+		t.Fatalf("precondition: the cache should hold none of these labels: %v %v", obj, err)
 	}
 	if err := h.sync(key); err != nil {
 		t.Fatal(err)
@@ -694,7 +695,7 @@ func TestForgetGonePods(t *testing.T) {
 	}
 	replacement := gone.DeepCopy()
 	replacement.UID = "uid-replacement"
-	s, _ := slimDefault(replacement)
+	s, _ := cacheDefault(replacement)
 	if err := h.inf.Pods.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@ var everything = labels.Everything()
 type Informers struct {
 	Factory informers.SharedInformerFactory
 	// Pods are the injected pods of every namespace (server-side label
-	// selector cfg.InjectedPodSelector), slimmed by SlimInjectedPod and
-	// indexed by node.
+	// selector cfg.InjectedPodSelector), slimmed by slimInjectedPod and
+	// held as cachedPods (podOf reads them), indexed by node.
 	Pods cache.SharedIndexInformer
 	// Nodes are every node, slimmed by slimNode.
 	Nodes cache.SharedIndexInformer
@@ -53,7 +53,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 	f := informers.NewSharedInformerFactory(client, cfg.Resync)
 	inf := &Informers{Factory: f}
 
-	slim := slimInjectedPodFor(cfg.InitContainerNames)
+	slim := cacheInjectedPodFor(cfg.InitContainerNames)
 	inf.Pods = f.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		sel := func(o *metav1.ListOptions) { o.LabelSelector = cfg.InjectedPodSelector }
 		lw := &cache.ListWatch{
@@ -70,7 +70,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			},
 			DisableChunking: true,
 		}
-		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, judge.PodNodeIndexers())
+		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, cachedPodIndexers())
 		_ = i.SetTransform(slim)
 		return i
 	})

@@ -45,6 +45,23 @@ func slimInjectedPodFor(initNames []string) func(interface{}) (interface{}, erro
 	return func(obj interface{}) (interface{}, error) { return slimInjectedPod(obj, names) }
 }
 
+// cacheInjectedPodFor is the informer transform of the injected-pod
+// informer: the slim pod (slimInjectedPodFor) in its compact form
+// (cachedPod), or the slim pod itself when it has a time the compact form
+// cannot hold. podOf gives readers the slim pod back.
+func cacheInjectedPodFor(initNames []string) func(interface{}) (interface{}, error) {
+	slim := slimInjectedPodFor(initNames)
+	return func(obj interface{}) (interface{}, error) {
+		o, err := slim(obj)
+		if p, ok := o.(*corev1.Pod); ok && err == nil {
+			if c, packed := packPod(p); packed {
+				return c, nil
+			}
+		}
+		return o, err
+	}
+}
+
 func slimInjectedPod(obj interface{}, initNames []string) (interface{}, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
@@ -137,8 +138,20 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 
 // slimDefault is the injected-pod transform with the default init container
 // names.
+// cacheDefault is the injected-pod informer's transform with the default
+// settings: what the cache holds.
+func cacheDefault(obj interface{}) (interface{}, error) {
+	return cacheInjectedPodFor(judge.DefaultConfig().InitContainerNames)(obj)
+}
+
+// slimDefault is what a reader of the cache gets for obj: the informer's
+// transform, read back through podOf (a pod when the cache holds one).
 func slimDefault(obj interface{}) (interface{}, error) {
-	return slimInjectedPod(obj, judge.DefaultConfig().InitContainerNames)
+	o, err := cacheDefault(obj)
+	if p, ok := podOf(o); ok && err == nil {
+		return p, nil
+	}
+	return o, err
 }
 
 // Detection gives the same verdict on the slimmed object the informer
@@ -154,5 +167,53 @@ func TestDetectionSameOnSlimPods(t *testing.T) {
 				t.Fatalf("slim pod: %+v, pod: %+v", got, want)
 			}
 		})
+	}
+}
+
+// The cache's compact form reads back as exactly the slim pod it was made
+// from, for every pod of the detector's matrix and the slim tests' pods:
+// whatever the detector, the gate, the breaker and the actions read of a
+// cached pod is what slimInjectedPod kept.
+func TestCachedPodReadsBackAsTheSlimPod(t *testing.T) {
+	names := judge.DefaultConfig().InitContainerNames
+	pods := []*corev1.Pod{judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour),
+		judgetest.AppliedAt(-time.Hour), judgetest.StartedApp(-time.Hour), judgetest.StatusWritten("consul-cni", -time.Hour),
+		judgetest.WithAnnotation(annotations.KeyConfigMirror, "hash"))}
+	for _, tc := range judgetest.DetectMatrix() {
+		pods = append(pods, tc.Pod)
+	}
+	for _, tc := range judgetest.VerifiedMatrix() {
+		pods = append(pods, tc.Pod)
+	}
+	// One buffer for every pod, as a pass over the cache reads them.
+	var buf podBuffer
+	for _, p := range pods {
+		want, _ := slimInjectedPod(p, names)
+		c, _ := cacheDefault(p)
+		if _, ok := c.(*cachedPod); !ok {
+			t.Fatalf("pod %s cached as %T, want its compact form", p.Name, c)
+		}
+		got, _ := podOf(c)
+		if !apiequality.Semantic.DeepEqual(got, want) {
+			t.Errorf("pod %s read back from the cache:\n%+v\nwant the slim pod\n%+v", p.Name, got, want)
+		}
+		if again, _ := podIn(c, &buf); !apiequality.Semantic.DeepEqual(again, want) {
+			t.Errorf("pod %s read back into a used buffer:\n%+v\nwant the slim pod\n%+v", p.Name, again, want)
+		}
+		if m, _ := c.(*cachedPod).GetObjectMeta().(*metav1.ObjectMeta); m.Name != p.Name || m.Namespace != p.Namespace || m.UID != p.UID {
+			t.Errorf("pod %s keyed as %s/%s %s", p.Name, m.Namespace, m.Name, m.UID)
+		}
+	}
+}
+
+// A pod with a time the compact form cannot hold (before 1678) is cached as
+// the slim pod itself: nothing read is ever changed.
+func TestPodWithATimeOutOfRangeIsCachedSlim(t *testing.T) {
+	p := judgetest.Pod(judgetest.SandboxAt(-time.Hour))
+	p.CreationTimestamp = metav1.NewTime(time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC))
+	c, _ := cacheDefault(p)
+	got, ok := c.(*corev1.Pod)
+	if !ok || !got.CreationTimestamp.Equal(&p.CreationTimestamp) {
+		t.Fatalf("cached %T %+v, want the slim pod with its creation time", c, c)
 	}
 }

@@ -46,7 +46,7 @@ func BenchmarkSlimPodHeap(b *testing.B) {
 			if err := json.Unmarshal(raw[i], &p); err != nil {
 				b.Fatal(err)
 			}
-			s, err := slimDefault(&p)
+			s, err := cacheDefault(&p)
 			if err != nil {
 				b.Fatal(err)
 			}
