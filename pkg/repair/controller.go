@@ -396,7 +396,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if err = c.act(ctx, logger.WithValues("race", race), pod, v, st); err == nil && !c.cfg.DryRun {
-		c.actions.record(node, since, now)
+		c.actions.record(node, pod.UID, c.detector.CountedByBreaker(pod, since), since, now)
 	}
 	return err
 }
@@ -456,11 +456,13 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	broken, total := 0, 0
 	var earliest time.Time // of the counted sandboxes, for the log
 	var buf podBuffer
+	present := map[types.UID]bool{}
 	for _, o := range objs {
 		p, ok := podIn(o, &buf)
 		if !ok || !c.detector.CountedByBreaker(p, since) {
 			continue
 		}
+		present[p.UID] = true
 		total++
 		if c.detector.Detect(p, now).Broken {
 			broken++
@@ -469,6 +471,10 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 			earliest = t
 		}
 	}
+	// Counted pods acted on are gone but were broken (nodeActions).
+	acted := c.actions.countedUnder(node, since, now, present)
+	broken += acted
+	total += acted
 	redated := c.actions.redated(node, now)
 	if redated >= c.breaker.MinPods {
 		// A flapping node (nodeActions): its actions count as broken pods,
@@ -482,7 +488,7 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 		if n, err := c.nodes.Get(node); err == nil {
 			ref = n
 		}
-		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total, "actionsAfterReadinessRedated", redated,
+		logger := klog.FromContext(ctx).WithValues("node", node, "broken", broken, "counted", total, "countedActedOn", acted, "actionsAfterReadinessRedated", redated,
 			"cniReadySince", since.UTC().Format(time.RFC3339), "earliestCountedSandbox", earliest.UTC().Format(time.RFC3339))
 		if open {
 			logger.Info("Circuit breaker open: pods whose sandbox was created after the CNI became ready bypass it too; not repairing on this node")

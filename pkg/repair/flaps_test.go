@@ -67,13 +67,13 @@ func TestNodeDatedOnceIsNotFlapping(t *testing.T) {
 	now := judgetest.T0
 	since := now.Add(-time.Minute)
 	for i := 0; i < 10; i++ {
-		a.record("n1", since, now)
+		a.record("n1", "", false, since, now)
 	}
 	if n := a.redated("n1", now); n != 0 {
 		t.Fatalf("redated = %d for one readiness", n)
 	}
 	later := now.Add(flapWindow)
-	a.record("n1", later.Add(-time.Second), later)
+	a.record("n1", "", false, later.Add(-time.Second), later)
 	if n := a.redated("n1", later); n != 0 {
 		t.Fatalf("redated = %d for a readiness dated again after the window", n)
 	}
@@ -125,6 +125,46 @@ func TestBreakerCountsAfterAShortFlap(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != tc.open {
 				t.Fatalf("open nodes gauge = %v, want %v", got, tc.open)
+			}
+		})
+	}
+}
+
+// On a misconfigured node whose pods break one at a time, each acted on
+// before the next breaks, the breaker never sees --breaker-min-pods broken
+// at once: the counted pods it acted on stay counted as broken in the
+// window, so the breaker opens on the --breaker-min-pods-th broken pod,
+// after one action fewer. A pod acted on and still there (labelled) is
+// counted once.
+func TestPodsBreakingOneAtATimeOpenTheBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		action  judge.Action
+		gone    bool // the action removes the pod from the cache
+		actions int
+	}{
+		{"evicted pods stay counted", judge.ActionEvict, true, 2},
+		{"labelled pods are counted once", judge.ActionLabel, false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.BreakerMinPods = 3; c.Action = tc.action })
+			h.addNode(nodeReadySinceAt("n1", -10*time.Minute))
+			for i := 0; i < 6; i++ {
+				key := h.addPod(brokenWithSandbox(-3 * time.Minute))
+				if err := h.sync(key); err != nil {
+					t.Fatal(err)
+				}
+				if obj, ok, _ := h.inf.Pods.GetIndexer().GetByKey(key); ok && tc.gone {
+					if err := h.inf.Pods.GetIndexer().Delete(obj); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if n := len(h.mutations()); n != tc.actions {
+				t.Fatalf("%d actions, want %d (--breaker-min-pods less one)", n, tc.actions)
+			}
+			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
+				t.Fatalf("open nodes gauge = %v, want 1", got)
 			}
 		})
 	}
