@@ -54,6 +54,7 @@ type node struct {
 	*realnode.Node
 	c   *cluster.Cluster
 	img realnode.Image
+	r   *testnet.Range
 }
 
 func startNode(t *testing.T) *node {
@@ -70,7 +71,7 @@ func startNode(t *testing.T) *node {
 	realnode.BuildImages(t)
 	img := realnode.ProgramImage(t, "podprog")
 	n := realnode.StartForTest(t, c, r, realnode.Options{Images: []string{img.Archive}})
-	return &node{Node: n, c: c, img: img}
+	return &node{Node: n, c: c, img: img, r: r}
 }
 
 // nodeBoundConfig is a client configuration for a ServiceAccount of the

@@ -85,8 +85,6 @@ func (n *node) runningPod(t *testing.T, ns, app string, not types.UID) *corev1.P
 	return got
 }
 
-// startController runs the repair controller with the manifests' identity
-// (RBAC, the evict action's role, its admission policy).
 // waitVerifierEvent waits for the controller's BypassedCNI Event on the pod
 // uid that names the node verifier's evidence as the reason it acted.
 func (n *node) waitVerifierEvent(t *testing.T, ns string, uid types.UID) {
@@ -106,7 +104,10 @@ func (n *node) waitVerifierEvent(t *testing.T, ns string, uid types.UID) {
 	})
 }
 
-func (n *node) startController(t *testing.T) {
+// startController runs the repair controller with the manifests' identity
+// (RBAC, the evict action's role, its admission policy) and the extra
+// flags, and returns its metrics address.
+func (n *node) startController(t *testing.T, extra ...string) string {
 	t.Helper()
 	err := scenario.ApplyManifests(context.Background(), n.c.Client, filepath.Join(testbin.RepoRoot(), "manifests"),
 		"base/controller/rbac.yaml", "base/controller/action.yaml", "base/controller/admission-policy.yaml")
@@ -131,8 +132,10 @@ func (n *node) startController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testbin.Project(t, "repair"), "--kubeconfig="+kc, "--leader-elect=false", "--node-readiness=false",
-		"--metrics-bind-address="+free(), "--health-probe-bind-address="+free(), "-v=2")
+	metrics := free()
+	args := append([]string{"--kubeconfig=" + kc, "--leader-elect=false", "--node-readiness=false",
+		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + free(), "-v=2"}, extra...)
+	cmd := exec.Command(testbin.Project(t, "repair"), args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	p, err := proc.Start(cmd, "")
 	if err != nil {
@@ -146,6 +149,7 @@ func (n *node) startController(t *testing.T) {
 			t.Logf("--- repair log:\n%s", tail(string(b), 40))
 		}
 	})
+	return metrics
 }
 
 // TestRulesRemovedByHandAreFoundAndReplaced: a meshed pod of a ReplicaSet
