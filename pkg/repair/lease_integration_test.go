@@ -19,6 +19,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair"
@@ -272,13 +273,19 @@ func leaderOf(t *testing.T, rs ...*replica) (*replica, []*replica) {
 func stealLease(t *testing.T, client kubernetes.Interface, ns string, d time.Duration) time.Time {
 	t.Helper()
 	ctx := context.Background()
-	l, err := client.CoordinationV1().Leases(ns).Get(ctx, repair.Component, metav1.GetOptions{})
+	// The leader renews the same object meanwhile: read it again on a
+	// conflict, as any writer of a Lease must.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, repair.Component, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		thief, secs, now := "thief", int32(d/time.Second), metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = &thief, &secs, &now, &now
+		_, err = client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	thief, secs, now := "thief", int32(d/time.Second), metav1.NewMicroTime(time.Now())
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = &thief, &secs, &now, &now
-	if _, err := client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return time.Now()
