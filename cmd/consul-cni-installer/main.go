@@ -35,6 +35,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/watchcheck"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/removal"
 )
 
@@ -209,7 +210,7 @@ func ready(o *options, out io.Writer) int {
 		err = in.Ready(procRoot)
 	}
 	switch {
-	case errors.Is(err, install.ErrNoInstallerProcess):
+	case errors.Is(err, watchcheck.ErrNoInstallerProcess):
 		fmt.Fprintln(out, "ready: consul-cni is installed and last in the runtime's CNI chain (no installer run process visible: its directory watch not checked)")
 		return 0
 	case err != nil:

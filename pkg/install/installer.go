@@ -12,6 +12,14 @@
 // everything in place, so a rolling update never opens a window without the
 // plugin. Ready is the DaemonSet's readiness probe. Uninstall removes what
 // the installer added and restores converted files.
+//
+// This package decides and orders; what it works with lives below it:
+// conflist reads and edits network configuration files as the runtime
+// loads them, nodefile writes files no reader sees half written and no
+// other writer's change is lost in, credentials derives the plugin's
+// kubeconfig and decides whose token its token file holds, and watchcheck
+// tells the readiness probe whether the run process watches the
+// directories.
 package install
 
 import (
@@ -473,7 +481,7 @@ func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) err
 	}
 	// A watch that cannot be set up (inotify limits) does not stop the
 	// installer: its periodic pass still restores the chain, it tries
-	// again at every pass, and `ready` fails saying why (watchcheck.go).
+	// again at every pass, and `ready` fails saying why (pkg/install/watchcheck).
 	w := &dirWatcher{log: log, watched: map[string]uint64{}}
 	defer w.close()
 	rewatch := func(st PassResult) {

@@ -1,4 +1,24 @@
-package install
+// Package watchcheck tells whether the installer's `run` process watches
+// the node's CNI directories, for the readiness probe (`consul-cni-installer
+// ready`).
+//
+// An installer whose directory watch could not be set up (the node's
+// fs.inotify.max_user_instances or max_user_watches reached: a known way
+// installers go silently blind, linkerd2 PR #13198) still restores the
+// chain at every periodic pass, but no longer within milliseconds. The
+// readiness probe (`ready`) makes it visible: it finds the installer's
+// `run` process beside it (the same container, so the same PID namespace)
+// and reads the kernel's own record of that process's inotify watches
+// (/proc/<pid>/fdinfo: one "inotify wd:… ino:… sdev:…" line per watch),
+// which must cover the inodes of the net and bin directories. No state is
+// exchanged, so the probe cannot be told something the kernel does not
+// hold.
+//
+// Check knows nothing of the installer's configuration: the caller
+// (pkg/install's Ready, after it verified the chain) passes the
+// directories as the probe's container sees them, which are the ones the
+// run process watches, since both share the container's mounts.
+package watchcheck
 
 import (
 	"bufio"
@@ -13,33 +33,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An installer whose directory watch could not be set up (the node's
-// fs.inotify.max_user_instances or max_user_watches reached: a known way
-// installers go silently blind, linkerd2 PR #13198) still restores the
-// chain at every periodic pass, but no longer within milliseconds. The
-// readiness probe (`ready`) makes it visible: it finds the installer's
-// `run` process beside it (the same container, so the same PID namespace)
-// and reads the kernel's own record of that process's inotify watches
-// (/proc/<pid>/fdinfo: one "inotify wd:… ino:… sdev:…" line per watch),
-// which must cover the inodes of the net and bin directories. No state is
-// exchanged, so the probe cannot be told something the kernel does not
-// hold.
-
 // ErrNoInstallerProcess means no `consul-cni-installer run` process is
 // visible (the probe runs without the installer: tests, by hand).
 var ErrNoInstallerProcess = errors.New("no consul-cni-installer run process is visible")
-
-// Ready is the readiness probe's verdict: the plugin is chained
-// (VerifyInstalled) and the installer's `run` process visible in procRoot
-// watches the net and bin directories (CheckWatched). When no such process
-// is visible (the probe run by hand, away from the installer's container)
-// only the files are checked; the caller says so.
-func (in *Installer) Ready(procRoot string) error {
-	if err := in.VerifyInstalled(); err != nil {
-		return err
-	}
-	return CheckWatched(procRoot, in.cfg.NetDir, in.cfg.BinDir)
-}
 
 // inotifyWatch is a watched inode: its number and its file system's device
 // (as stat reports st_dev).
@@ -48,11 +44,11 @@ type inotifyWatch struct {
 	dev uint64
 }
 
-// CheckWatched returns nil when an installer `run` process visible in
+// Check returns nil when an installer `run` process visible in
 // procRoot (/proc) watches every one of dirs, ErrNoInstallerProcess when no
 // such process is visible, and otherwise an error naming the directories
 // no installer watches.
-func CheckWatched(procRoot string, dirs ...string) error {
+func Check(procRoot string, dirs ...string) error {
 	want := map[inotifyWatch]string{}
 	for _, d := range dirs {
 		var st unix.Stat_t
