@@ -543,7 +543,7 @@ func (in *Installer) serve(ctx context.Context, w *dirWatcher, recheck *time.Tim
 			if !ok {
 				return errors.New("file watcher closed")
 			}
-			if base := filepath.Base(ev.Name); isOwnTemp(ev.Name) || base == cniconf.StagedBinaryName || base == cniconf.StateFileName {
+			if ownWrite(ev.Name) {
 				continue
 			}
 			log.V(4).Info("File event", "event", ev.String())
@@ -679,9 +679,14 @@ func inode(path string) uint64 {
 	return 0
 }
 
-func isOwnTemp(path string) bool {
-	b := filepath.Base(path)
-	return strings.HasPrefix(b, ".") && strings.HasSuffix(b, ".tmp")
+// ownWrite reports whether a file event is one of the installer's own
+// writes that no pass needs to follow: a temporary file of nodefile's
+// (its rename into place is the event that counts), the staged copy of the
+// binary, the state file.
+func ownWrite(path string) bool {
+	base := filepath.Base(path)
+	_, temp := nodefile.TempTarget(base)
+	return temp || base == cniconf.StagedBinaryName || base == cniconf.StateFileName
 }
 
 // VerifyInstalled returns nil only when the plugin binary is installed (identical to

@@ -55,3 +55,24 @@ func TestScheduleKeepsTheSoonerPass(t *testing.T) {
 		t.Fatalf("removal during a long debounce: due %v, want %v", got, now.Add(restoreDebounce))
 	}
 }
+
+// Run follows every file event but the installer's own writes: nodefile's
+// temporary files (their rename into place is the event that counts), the
+// staged binary and the state file. A file that only looks temporary is
+// another writer's, and a pass looks at what it did.
+func TestRunIgnoresOnlyItsOwnWrites(t *testing.T) {
+	for name, want := range map[string]bool{
+		"/etc/cni/net.d/.10-kindnet.conflist.123456.tmp": true,
+		"/opt/cni/bin/.consul-cni.42.tmp":                true,
+		"/opt/cni/bin/" + cniconf.StagedBinaryName:       true,
+		"/opt/cni/bin/" + cniconf.StateFileName:          true,
+		"/etc/cni/net.d/10-kindnet.conflist":             false,
+		"/opt/cni/bin/consul-cni":                        false,
+		"/etc/cni/net.d/.10-kindnet.conflist.tmp":        false,
+		"/etc/cni/net.d/.other-writer.tmp":               false,
+	} {
+		if got := ownWrite(name); got != want {
+			t.Errorf("ownWrite(%s) = %v, want %v", name, got, want)
+		}
+	}
+}
