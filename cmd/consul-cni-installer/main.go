@@ -36,7 +36,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/watchcheck"
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/removal"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/uninstallall"
 )
 
 type options struct {
@@ -293,7 +293,7 @@ func uninstallAll(ctx context.Context, o *options) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	err = removal.Run(ctx, client, removal.Options{Namespace: o.Namespace, DaemonSet: o.DaemonSet, HostNetDir: o.HostNetDir})
+	err = uninstallall.Run(ctx, client, uninstallall.Options{Namespace: o.Namespace, DaemonSet: o.DaemonSet, HostNetDir: o.HostNetDir})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "consul-cni-installer uninstall-all: %v\n", err)
 		return 1

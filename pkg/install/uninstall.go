@@ -41,10 +41,13 @@ func (r UninstallResult) Found() bool { return len(r.Removed) > 0 }
 // restored, its consul-cni entries leave every configuration list (inline
 // and plugin directories), retried while other writers change the lists,
 // and only once every list is clean are the kubeconfig (under either name,
-// when ours), token, owner file, staged binary and binary removed, so no chain ever names a missing binary or credentials. A
-// consul-cni entry of another installer (one naming another kubeconfig) is
-// left in place and so is the binary it runs. Both directories must exist.
-// It must run only once no installer of ours runs on the node any more.
+// when ours), token, owner file, staged binary and binary removed, so no
+// chain ever names a missing binary or credentials. A consul-cni entry of
+// another installer (one naming another kubeconfig) is left in place and
+// so is the binary it runs. Both directories must exist. It must run only
+// once no installer of ours runs on the node any more. This is the node
+// half of uninstalling; the cluster half, which turns every installer into
+// a remover running it, is pkg/uninstallall (`uninstall-all`).
 func (in *Installer) Uninstall(ctx context.Context) (UninstallResult, error) {
 	var res UninstallResult
 	for _, d := range []struct{ flag, path string }{{"cni-net-dir", in.cfg.NetDir}, {"cni-bin-dir", in.cfg.BinDir}} {

@@ -12,14 +12,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/consul-cni-repair/consul-cni-repair/pkg/removal"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/uninstallall"
 )
 
 // The pre-delete hook's patch of the installer DaemonSet is the uninstall
 // overlay's change: applied to the base's DaemonSet (and to the chart's),
 // it gives the overlay's DaemonSet field for field.
 func TestUninstallHookPatchMatchesOverlay(t *testing.T) {
-	ops, err := removal.Patch("/etc/cni/net.d")
+	ops, err := uninstallall.Patch("/etc/cni/net.d")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,12 @@
-// Package removal switches the installer DaemonSet into uninstall mode and
-// waits until every node is clean: the removal that manifests/overlays/
-// uninstall applies, done from inside the cluster (the chart's pre-delete
-// hook, `consul-cni-installer uninstall-all`).
-package removal
+// Package uninstallall is the cluster half of uninstalling the plugin,
+// `consul-cni-installer uninstall-all` (the chart's pre-delete hook): it
+// switches the installer DaemonSet into uninstall mode, the change
+// manifests/overlays/uninstall applies, and waits until every node is
+// clean. The node half is pkg/install's Uninstall, which each remover (an
+// installer pod in uninstall mode) runs on its node; this package only
+// changes the DaemonSet and reads its pods' readiness, the removers'
+// report that their node is clean.
+package uninstallall
 
 import (
 	"context"
@@ -64,7 +68,7 @@ func escape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
-// Options of one removal.
+// Options of one uninstall-all.
 type Options struct {
 	Namespace, DaemonSet string
 	HostNetDir           string
@@ -118,7 +122,7 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) error {
 	}
 }
 
-// NotClean lists what keeps the removal from being complete: a DaemonSet
+// NotClean lists what keeps the uninstall from being complete: a DaemonSet
 // status behind its spec, pods scheduled but not updated, and each node
 // whose pod is not a Ready remover. Empty: every node is clean.
 func NotClean(ctx context.Context, c kubernetes.Interface, ns, name string) ([]string, error) {
