@@ -258,22 +258,11 @@ func TestNodeReboot(t *testing.T) {
 	}
 	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d still at the end; %d sandbox_recreated repairs; controller: %d broken pods, breaker open on %d nodes",
 		res.Node, res.EverBypassed, pods, res.BypassingAtEnd, res.RecreatedActions, cv.BrokenPods, cv.BreakerOpenNodes)
-	if res.EverBypassed == 0 {
-		t.Fatal("no pod came back outside the mesh after the reboot: the run proves nothing about the repair")
-	}
 	if cv.BreakerOpenNodes != 0 {
 		t.Errorf("breaker open on %d nodes: the pods the reboot recreated were counted as broken after readiness", cv.BreakerOpenNodes)
 	}
-	if res.BypassingAtEnd != 0 || res.SecondsToAllMeshed == nil {
-		t.Fatalf("bypassing at end %d, all meshed %v: a pod stayed outside the mesh after the reboot", res.BypassingAtEnd, res.SecondsToAllMeshed)
-	}
-	if res.RecreatedActions < res.EverBypassed {
-		t.Fatalf("%d pods bypassed, %d sandbox_recreated repairs: the controller missed some", res.EverBypassed, res.RecreatedActions)
-	}
+	rebootRepairedEveryBypass(t, res)
 	for _, p := range res.PodResults {
-		if p.Bypass > 0 && !p.Deleted {
-			t.Errorf("pod %s bypassed and is still there", p.Name)
-		}
 		if p.Deleted && p.Bypass == 0 {
 			t.Errorf("pod %s was replaced without ever bypassing", p.Name)
 		}
@@ -293,6 +282,15 @@ func TestNodeRebootControllerOutside(t *testing.T) {
 	res := run(t, scenario.Config{Mode: scenario.NodeReboot, Pods: pods, Observe: 5 * time.Second, SandboxSlack: 10 * time.Second,
 		Timeout: 2 * time.Minute, ControllerOutside: true, RepairArgs: []string{"--max-repairs-per-minute=2"}})
 	t.Logf("node %+v: %d of %d pods bypassed after the reboot, %d sandbox_recreated repairs", res.Node, res.EverBypassed, pods, res.RecreatedActions)
+	rebootRepairedEveryBypass(t, res)
+}
+
+// rebootRepairedEveryBypass fails the test unless a pod came back outside
+// the mesh after the reboot (else the run proves nothing), every pod ends
+// meshed, the controller made a sandbox_recreated repair for each pod that
+// bypassed, and none of those is still there.
+func rebootRepairedEveryBypass(t *testing.T, res *scenario.Result) {
+	t.Helper()
 	if res.EverBypassed == 0 {
 		t.Fatal("no pod came back outside the mesh after the reboot: the run proves nothing about the repair")
 	}
