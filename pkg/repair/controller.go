@@ -46,6 +46,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/limit"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 )
 
@@ -92,7 +93,7 @@ type Controller struct {
 	gate     judge.Gate
 	recorder record.EventRecorder
 	metrics  *Metrics
-	limiter  *Limiter
+	limiter  *limit.Limiter
 	actions  *nodeActions
 	breaker  *judge.Breaker
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -127,7 +128,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		nodes:    corelisters.NewNodeLister(inf.Nodes.GetIndexer()),
 		recorder: recorder,
 		metrics:  m,
-		limiter:  newLimiter(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
+		limiter:  limit.New(cfg.MaxRepairsPerMinute, cfg.MaxRepairsPerNodePerMinute),
 		actions:  newNodeActions(),
 		breaker:  judge.NewBreaker(cfg.BreakerThreshold, cfg.BreakerMinPods),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

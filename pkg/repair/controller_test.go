@@ -530,34 +530,6 @@ func TestControllerRateLimit(t *testing.T) {
 	}
 }
 
-func TestLimiter(t *testing.T) {
-	l := newLimiter(60, 10) // global burst 6, per-node burst 1
-	now := judgetest.T0
-	for i := 0; i < 6; i++ {
-		if ok, _ := l.Take("app", "n"+string(rune('a'+i)), false, now); !ok {
-			t.Fatalf("take %d refused", i)
-		}
-	}
-	ok, wait := l.Take("app", "ng", false, now)
-	if ok || wait <= 0 || wait > time.Second {
-		t.Fatalf("7th take: ok=%v wait=%v (want refused, ~1s)", ok, wait)
-	}
-	now = now.Add(time.Second)
-	if ok, _ := l.Take("app", "ng", false, now); !ok {
-		t.Fatal("refill refused")
-	}
-	// Per node: na used its single token; it refills at 10/min (6 s).
-	ok, wait = l.Take("app", "na", false, now)
-	if ok || wait < 4*time.Second || wait > 6*time.Second {
-		t.Fatalf("per-node: ok=%v wait=%v", ok, wait)
-	}
-	// A refused per-node take does not consume a global token.
-	now = now.Add(time.Second)
-	if ok, _ := l.Take("app", "nh", false, now); !ok {
-		t.Fatal("global token lost to a per-node refusal")
-	}
-}
-
 // The race (pods whose sandbox predates the node's CNI readiness) does not
 // trip the breaker; pods created after it that break too do.
 func TestControllerBreaker(t *testing.T) {

@@ -168,28 +168,3 @@ func (h *harness) syncAllRemovingActed(pods []*corev1.Pod) []*corev1.Pod {
 	}
 	return kept
 }
-
-// The cap counts every action of both lanes in a sliding minute and tells
-// how long until the oldest leaves it.
-func TestLimiterCap(t *testing.T) {
-	l := newLimiter(4, 60) // cap 4 a minute, global burst 1, per-node burst 6
-	now := judgetest.T0
-	if ok, _ := l.Take("a", "n1", false, now); !ok {
-		t.Fatal("paced take refused")
-	}
-	for i := 0; i < 3; i++ {
-		now = now.Add(10 * time.Second)
-		if ok, _ := l.Take(string(rune('b'+i)), "n1", true, now); !ok {
-			t.Fatalf("race take %d refused under the cap", i)
-		}
-	}
-	now = now.Add(10 * time.Second) // T0+40s: 4 actions in the last minute
-	ok, wait := l.Take("e", "n2", true, now)
-	if ok || wait != 20*time.Second {
-		t.Fatalf("over the cap: ok=%v wait=%v, want refused for 20s", ok, wait)
-	}
-	now = now.Add(wait)
-	if ok, _ := l.Take("e", "n2", true, now); !ok {
-		t.Fatal("refused once the first action left the window")
-	}
-}

@@ -1,4 +1,11 @@
-package repair
+// Package limit bounds the repair controller's actions: a cluster-wide cap
+// on actions in any minute, shared fairly between namespaces, and for pods
+// not of the race token buckets, one cluster-wide and one per node.
+//
+// The controller asks Take before each action, with the lane the judgement
+// put the pod in (pkg/repair/judge: race or not), and tries the pod again
+// after the wait Take returns when refused.
+package limit
 
 import (
 	"sync"
@@ -40,9 +47,9 @@ type capAction struct {
 	namespace string
 }
 
-// newLimiter returns a limiter of perMinute actions cluster-wide and
+// New returns a limiter of perMinute actions cluster-wide and
 // perNodePerMinute on each node.
-func newLimiter(perMinute, perNodePerMinute int) *Limiter {
+func New(perMinute, perNodePerMinute int) *Limiter {
 	return &Limiter{
 		global:  rate.NewLimiter(rate.Limit(float64(perMinute)/60), burstOf(perMinute)),
 		perNode: rate.Limit(float64(perNodePerMinute) / 60),

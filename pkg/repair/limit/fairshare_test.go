@@ -1,4 +1,4 @@
-package repair
+package limit
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // leaves a tenth of it, so the first race pod of another namespace is acted
 // on at once instead of after the window.
 func TestOneNamespaceLeavesRoomForAnother(t *testing.T) {
-	l := newLimiter(30, 30)
+	l := New(30, 30)
 	now := judgetest.T0
 	took := 0
 	for i := 0; i < 200; i++ {
@@ -31,7 +31,7 @@ func TestOneNamespaceLeavesRoomForAnother(t *testing.T) {
 // cap: the flooding namespace is refused at its share although the cap has
 // room, and the waiting one gets the rest.
 func TestNamespacesWaitingShareTheCap(t *testing.T) {
-	l := newLimiter(10, 10)
+	l := New(10, 10)
 	now := judgetest.T0
 	for i := 0; i < 9; i++ {
 		if ok, _ := l.Take("flood", "n1", true, now); !ok {
@@ -68,7 +68,7 @@ func TestNamespacesWaitingShareTheCap(t *testing.T) {
 // A namespace that stops asking for a window no longer counts as waiting:
 // the other gets the cap less the headroom again.
 func TestANamespaceNoLongerWaitingGivesItsShareBack(t *testing.T) {
-	l := newLimiter(10, 10)
+	l := New(10, 10)
 	now := judgetest.T0
 	l.Take("shop", "n2", true, now)
 	for i := 0; i < 10; i++ {
@@ -90,7 +90,7 @@ func TestANamespaceNoLongerWaitingGivesItsShareBack(t *testing.T) {
 // The paced lane shares the cap the same way: its buckets are asked only
 // within the namespace's share, so a refusal for the share takes no token.
 func TestPacedLaneWithinTheShare(t *testing.T) {
-	l := newLimiter(10, 60) // headroom 1; global bucket burst 1
+	l := New(10, 60) // headroom 1; global bucket burst 1
 	now := judgetest.T0
 	for i := 0; i < 9; i++ {
 		if ok, _ := l.Take("flood", "n1", true, now); !ok {
@@ -108,7 +108,7 @@ func TestPacedLaneWithinTheShare(t *testing.T) {
 // A cap under 10 is a deliberate slow pace: one namespace alone may use all
 // of it.
 func TestSmallCapHasNoHeadroom(t *testing.T) {
-	l := newLimiter(2, 60)
+	l := New(2, 60)
 	now := judgetest.T0
 	for i := 0; i < 2; i++ {
 		if ok, _ := l.Take("app", "n1", true, now); !ok {
