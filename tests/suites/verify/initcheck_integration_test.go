@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
@@ -44,12 +45,19 @@ func (n *node) checkFailure(t *testing.T, ns, app string) (*corev1.Pod, *corev1.
 	t.Helper()
 	var pod *corev1.Pod
 	var term *corev1.ContainerStateTerminated
+	var first types.UID
 	poll.Eventually(t, 2*time.Minute, "the check of "+app+" failed", func() (bool, error) {
 		l, err := n.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
-		if err != nil || len(l.Items) != 1 {
+		if err != nil || len(l.Items) == 0 {
 			return false, fmt.Errorf("pods: %v", err)
 		}
 		pod = &l.Items[0]
+		if first == "" {
+			first = pod.UID
+		}
+		if len(l.Items) != 1 || pod.UID != first || pod.DeletionTimestamp != nil {
+			t.Fatalf("pod %s of %s acted on (deleted or replaced) before its check's failure was seen; Events: %s", pod.Name, app, strings.Join(n.actionEvents(t, ns), "; "))
+		}
 		for _, cs := range pod.Status.InitContainerStatuses {
 			if cs.Name != annotations.CheckContainerName {
 				continue
