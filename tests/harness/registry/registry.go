@@ -112,6 +112,14 @@ func (r *Registry) Log() string {
 // registry on the host's loopback, until the test ends.
 func (r *Registry) Forward(t testing.TB, netnsPath string) {
 	t.Helper()
+	r.forward(t, netnsPath, testnet.Relay)
+}
+
+// forward listens at r.Host inside the network namespace netnsPath and
+// hands each connection to relay with the registry's address (relay dials
+// from the host's namespace), until the test ends.
+func (r *Registry) forward(t testing.TB, netnsPath string, relay func(c net.Conn, target string)) {
+	t.Helper()
 	var l net.Listener
 	err := testnet.DoIn(netnsPath, func() (err error) {
 		l, err = net.Listen("tcp", r.Host)
@@ -129,7 +137,7 @@ func (r *Registry) Forward(t testing.TB, netnsPath string) {
 			if err != nil {
 				return
 			}
-			go testnet.Relay(c, r.Host) // dials from the host's namespace
+			go relay(c, r.Host)
 		}
 	}()
 	t.Cleanup(func() {

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testnet"
 )
 
 // Throttled is a relay that forwards the registry into a network namespace,
@@ -36,31 +34,7 @@ func (r *Registry) ForwardThrottled(t testing.TB, netnsPath string, bytesPerSeco
 		t.Fatalf("registry: throttle rate %d B/s is below one chunk (%d B) per second", bytesPerSecond, chunk)
 	}
 	th := &Throttled{rate: bytesPerSecond}
-	var l net.Listener
-	err := testnet.DoIn(netnsPath, func() (err error) {
-		l, err = net.Listen("tcp", r.Host)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("registry forward in %s: %v", netnsPath, err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); th.relay(c, r.Host) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
-	})
+	r.forward(t, netnsPath, th.relay)
 	return th
 }
 
