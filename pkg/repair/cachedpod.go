@@ -29,7 +29,8 @@ import (
 // type (corev1.Pod) in the controller and in the audit alike. It is
 // immutable once made.
 type cachedPod struct {
-	name, uid, resourceVersion, podIP string
+	name, podIP string
+	ids         cachedIDs
 	// appliedAt is the annotation almost every pod has a value of its own
 	// for; markers holds the rest (a shared map unless it holds the rare
 	// mirror-pod hash, see keep).
@@ -85,7 +86,7 @@ func packPod(p *corev1.Pod) (*cachedPod, bool) {
 		return s
 	}
 	c := &cachedPod{
-		name: p.Name, uid: string(p.UID), resourceVersion: p.ResourceVersion, podIP: p.Status.PodIP,
+		name: p.Name, ids: idsOf(p.UID, p.ResourceVersion), podIP: p.Status.PodIP,
 		labels: p.Labels, namespace: handle(p.Namespace), node: handle(p.Spec.NodeName),
 		restartPolicy: handle(string(p.Spec.RestartPolicy)), phase: handle(string(p.Status.Phase)),
 		created: st(p.CreationTimestamp), hostNetwork: p.Spec.HostNetwork,
@@ -186,8 +187,8 @@ func (c *cachedPod) podIn(b *podBuffer) *corev1.Pod {
 	b.times, b.conditions, b.statuses = b.times[:0], b.conditions[:0], b.statuses[:0]
 	b.running, b.terminated, b.waiting = b.running[:0], b.terminated[:0], b.waiting[:0]
 	b.pod = corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: types.UID(c.uid),
-			ResourceVersion: c.resourceVersion, CreationTimestamp: c.created.time(), Labels: c.labels,
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: c.ids.UID(),
+			ResourceVersion: c.ids.ResourceVersion(), CreationTimestamp: c.created.time(), Labels: c.labels,
 			Annotations: c.annotationsIn(b)},
 		Spec: corev1.PodSpec{NodeName: str(c.node), RestartPolicy: corev1.RestartPolicy(str(c.restartPolicy)),
 			HostNetwork: c.hostNetwork},
@@ -323,8 +324,8 @@ func (c *cachedPod) DeepCopyObject() runtime.Object {
 }
 
 func (c *cachedPod) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: types.UID(c.uid),
-		ResourceVersion: c.resourceVersion, Labels: c.labels}
+	return &metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: c.ids.UID(),
+		ResourceVersion: c.ids.ResourceVersion(), Labels: c.labels}
 }
 
 // podOf returns the pod an informer or indexer object stands for: a
@@ -353,11 +354,26 @@ func cachedUID(obj interface{}) (types.UID, bool) {
 	}
 	switch o := obj.(type) {
 	case *cachedPod:
-		return types.UID(o.uid), true
+		return o.ids.UID(), true
 	case *corev1.Pod:
 		return o.UID, true
 	}
 	return "", false
+}
+
+// cachedKey returns the uidKey of an informer or indexer object without
+// allocating.
+func cachedKey(obj interface{}) (uidKey, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	switch o := obj.(type) {
+	case *cachedPod:
+		return o.ids.key(), true
+	case *corev1.Pod:
+		return keyOfUID(o.UID), true
+	}
+	return uidKey{}, false
 }
 
 // cachedPodIndexers index the injected-pod informer's objects by node

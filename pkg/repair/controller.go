@@ -406,19 +406,27 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // delete handler does it for most, but a pod replaced under the same name
 // while the watch was down reaches us as an update, and a worker still
 // judging a pod when its delete arrives recreates the state afterwards.
+// It looks for the few pods with state among all cached ones by uidKey, so
+// the pass allocates nothing per cached pod.
 func (c *Controller) forgetGonePods() {
-	live := map[types.UID]bool{}
+	c.mu.Lock()
+	gone := make(map[uidKey]types.UID, len(c.state))
+	for uid := range c.state {
+		gone[keyOfUID(uid)] = uid
+	}
+	c.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
 	for _, o := range c.podIndex.List() {
-		if uid, ok := cachedUID(o); ok {
-			live[uid] = true
+		if k, ok := cachedKey(o); ok {
+			delete(gone, k)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for uid := range c.state {
-		if !live[uid] {
-			delete(c.state, uid)
-		}
+	for _, uid := range gone {
+		delete(c.state, uid)
 	}
 }
 

@@ -1,0 +1,123 @@
+package repair
+
+import (
+	"encoding/hex"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A cached pod's UID and resourceVersion take 24 bytes and no allocation
+// of their own: the UID as the 16 bytes of the UUID the API server assigns
+// (parsed from its canonical text: 36 characters, lower-case hex), the
+// resourceVersion as the number etcd's revisions are (0 for none). Either in any other
+// form (a UID that is not a canonical UUID, an opaque resourceVersion)
+// sends both to texts, kept as they came: reading them back always gives
+// the very UID and resourceVersion the pod had.
+type cachedIDs struct {
+	uuid    [16]byte
+	version uint64
+	texts   *idTexts // nil unless the UID or resourceVersion is not in the compact form
+}
+
+type idTexts struct{ uid, version string }
+
+// uuidEnds are the ends of the five hex groups of a canonical UUID; a dash
+// follows each but the last.
+var uuidEnds = [...]int{8, 13, 18, 23, 36}
+
+func idsOf(uid types.UID, resourceVersion string) cachedIDs {
+	var ids cachedIDs
+	uuidOK := parseUUID(string(uid), &ids.uuid)
+	v, err := strconv.ParseUint(resourceVersion, 10, 64)
+	if resourceVersion == "" {
+		v, err = 0, nil
+	} else if v == 0 || strconv.FormatUint(v, 10) != resourceVersion {
+		err = strconv.ErrSyntax
+	}
+	if !uuidOK || err != nil {
+		return cachedIDs{texts: &idTexts{uid: string(uid), version: resourceVersion}}
+	}
+	ids.version = v
+	return ids
+}
+
+// parseUUID parses s into out when s is a canonical UUID.
+func parseUUID(s string, out *[16]byte) bool {
+	if len(s) != 36 {
+		return false
+	}
+	from, j := 0, 0
+	for _, end := range uuidEnds {
+		if end < 36 && s[end] != '-' || !lowerHex(s[from:end]) {
+			return false
+		}
+		n, err := hex.Decode(out[j:], []byte(s[from:end]))
+		if err != nil {
+			return false
+		}
+		from, j = end+1, j+n
+	}
+	return true
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// UID returns the UID the ids were made from.
+func (ids cachedIDs) UID() types.UID {
+	if ids.texts != nil {
+		return types.UID(ids.texts.uid)
+	}
+	var out [36]byte
+	from, j := 0, 0
+	for _, end := range uuidEnds {
+		n := (end - from) / 2
+		hex.Encode(out[from:end], ids.uuid[j:j+n])
+		if end < 36 {
+			out[end] = '-'
+		}
+		from, j = end+1, j+n
+	}
+	return types.UID(out[:])
+}
+
+// ResourceVersion returns the resourceVersion the ids were made from.
+func (ids cachedIDs) ResourceVersion() string {
+	switch {
+	case ids.texts != nil:
+		return ids.texts.version
+	case ids.version == 0:
+		return ""
+	}
+	return strconv.FormatUint(ids.version, 10)
+}
+
+// uidKey identifies a UID without its text: equal keys, equal UIDs. A pass
+// over every cached pod compares keys and allocates nothing per pod.
+type uidKey struct {
+	uuid   [16]byte
+	isUUID bool
+	text   string // the UID when it is not a canonical UUID
+}
+
+func keyOfUID(uid types.UID) uidKey {
+	k := uidKey{isUUID: true}
+	if !parseUUID(string(uid), &k.uuid) {
+		return uidKey{text: string(uid)}
+	}
+	return k
+}
+
+func (ids cachedIDs) key() uidKey {
+	if ids.texts != nil {
+		return keyOfUID(types.UID(ids.texts.uid))
+	}
+	return uidKey{uuid: ids.uuid, isUUID: true}
+}
