@@ -48,6 +48,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/limit"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/podcache"
 )
 
 // Event reasons. They are constant so that Events can be selected by reason.
@@ -275,14 +276,14 @@ func (c *Controller) enqueuePod(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	if p, ok := podOf(obj); ok && annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
+	if p, ok := podcache.PodOf(obj); ok && annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 		c.metrics.knowNamespace(p.Namespace)
 	}
 	c.queue.Add(key)
 }
 
 func (c *Controller) podDeleted(obj interface{}) {
-	if uid, ok := cachedUID(obj); ok {
+	if uid, ok := podcache.UIDOf(obj); ok {
 		c.mu.Lock()
 		delete(c.state, uid)
 		c.mu.Unlock()
@@ -343,7 +344,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	pod, ok := podOf(obj)
+	pod, ok := podcache.PodOf(obj)
 	if !exists || !ok {
 		return nil
 	}
@@ -406,20 +407,20 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // delete handler does it for most, but a pod replaced under the same name
 // while the watch was down reaches us as an update, and a worker still
 // judging a pod when its delete arrives recreates the state afterwards.
-// It looks for the few pods with state among all cached ones by uidKey, so
+// It looks for the few pods with state among all cached ones by podcache.UIDKey, so
 // the pass allocates nothing per cached pod.
 func (c *Controller) forgetGonePods() {
 	c.mu.Lock()
-	gone := make(map[uidKey]types.UID, len(c.state))
+	gone := make(map[podcache.UIDKey]types.UID, len(c.state))
 	for uid := range c.state {
-		gone[keyOfUID(uid)] = uid
+		gone[podcache.KeyOfUID(uid)] = uid
 	}
 	c.mu.Unlock()
 	if len(gone) == 0 {
 		return
 	}
 	for _, o := range c.podIndex.List() {
-		if k, ok := cachedKey(o); ok {
+		if k, ok := podcache.KeyOf(o); ok {
 			delete(gone, k)
 		}
 	}
@@ -464,10 +465,10 @@ func (c *Controller) breakerOpen(ctx context.Context, node string, since, now ti
 	}
 	broken, total := 0, 0
 	var earliest time.Time // of the counted sandboxes, for the log
-	var buf podBuffer
+	var buf podcache.Buffer
 	present := map[types.UID]bool{}
 	for _, o := range objs {
-		p, ok := podIn(o, &buf)
+		p, ok := podcache.PodIn(o, &buf)
 		if !ok || !c.detector.CountedByBreaker(p, since) {
 			continue
 		}
@@ -654,9 +655,9 @@ func labelPatch(pod *corev1.Pod) ([]byte, error) {
 func (c *Controller) brokenCounts() map[string]map[judge.Reason]int {
 	out := map[string]map[judge.Reason]int{}
 	now := c.now()
-	var buf podBuffer
+	var buf podcache.Buffer
 	for _, o := range c.podIndex.List() {
-		p, ok := podIn(o, &buf)
+		p, ok := podcache.PodIn(o, &buf)
 		if !ok || !annotations.UsesTransparentProxy(p.Labels, p.Annotations) {
 			continue
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/podcache"
 )
 
 // harness is a controller over a fake clientset whose informer caches are
@@ -67,6 +68,12 @@ func readyNode(name string) *corev1.Node {
 		Labels: map[string]string{annotations.LabelCNIReady: annotations.LabelCNIReadyValue}}}
 }
 
+// cacheDefault is the injected-pod informer's transform with the default
+// settings: what the cache holds.
+func cacheDefault(obj interface{}) (interface{}, error) {
+	return podcache.InjectedPodTransform(judge.DefaultConfig().InitContainerNames)(obj)
+}
+
 // addPod puts pod in the fake API and the cache (slimmed).
 func (h *harness) addPod(p *corev1.Pod) string {
 	h.t.Helper()
@@ -82,7 +89,7 @@ func (h *harness) addPod(p *corev1.Pod) string {
 
 func (h *harness) addNode(n *corev1.Node) {
 	h.t.Helper()
-	s, _ := slimNode(n.DeepCopy())
+	s, _ := podcache.NodeTransform(n.DeepCopy())
 	if err := h.inf.Nodes.GetIndexer().Add(s); err != nil {
 		h.t.Fatal(err)
 	}
@@ -249,7 +256,7 @@ func TestLabelActionKeepsLabelsTheCacheDoesNotHold(t *testing.T) {
 	p.Labels = map[string]string{"app": "web", "pod-template-hash": "5d8f"}
 	key := h.addPod(p)
 	obj, _, err := h.inf.Pods.GetIndexer().GetByKey(key)
-	if cached, ok := podOf(obj); err != nil || !ok || len(cached.Labels) != 0 {
+	if cached, ok := podcache.PodOf(obj); err != nil || !ok || len(cached.Labels) != 0 {
 		t.Fatalf("precondition: the cache should hold none of these labels: %v %v", obj, err)
 	}
 	if err := h.sync(key); err != nil {
@@ -391,7 +398,7 @@ func TestGate(t *testing.T) {
 				h.addNode(tc.node)
 			}
 			if tc.cni != nil {
-				s, _ := slimCNIPod(tc.cni)
+				s, _ := podcache.CNIPodTransform(tc.cni)
 				if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 					t.Fatal(err)
 				}
@@ -536,7 +543,7 @@ func TestControllerBreaker(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	h.addNode(node)
-	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -4*time.Minute)) // CNI ready since T0-4m
+	s, _ := podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -4*time.Minute)) // CNI ready since T0-4m
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +597,7 @@ func TestControllerBreaker(t *testing.T) {
 	}
 	// The CNI pod restarts with a fixed configuration: its readiness is
 	// newer than those pods, the breaker closes and they are repaired.
-	s, _ = slimCNIPod(judgetest.CNIPod("n1", true, -time.Second))
+	s, _ = podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -time.Second))
 	if err := h.inf.CNIPods.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +619,7 @@ func TestControllerBreaker(t *testing.T) {
 func TestBreakerClosesWhenItsPodsAreGone(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -10*time.Minute))
+	s, _ := podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -10*time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -776,7 +783,7 @@ func TestConfigValidate(t *testing.T) {
 func TestBreakerCountsLatestSandboxes(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod; c.BreakerMinPods = 3; c.BreakerThreshold = 0.5 })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -4*time.Minute))
+	s, _ := podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -4*time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -807,7 +814,7 @@ func TestFinishedPodsAreNeverBroken(t *testing.T) {
 		c.AllowBarePods = true
 	})
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -time.Minute))
+	s, _ := podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -908,7 +915,7 @@ func TestDryRunGateOpensWhereTheLabelWouldBe(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.DryRun = true })
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	h.addNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
-	s, _ := slimCNIPod(judgetest.CNIPod("n1", true, -time.Minute))
+	s, _ := podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -time.Minute))
 	if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -970,7 +977,7 @@ func TestBreakerAfterUnseenReboot(t *testing.T) {
 			h.addNode(node)
 			cni := judgetest.CNIPod("n1", true, -2*time.Hour)
 			tc.restart(cni)
-			s, _ := slimCNIPod(cni)
+			s, _ := podcache.CNIPodTransform(cni)
 			if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/podcache"
 )
 
 // A misconfigured node whose installer readiness flaps dates its CNI
@@ -105,7 +106,7 @@ func TestBreakerCountsAfterAShortFlap(t *testing.T) {
 			h.addNode(nodeReadySinceAt("n1", -10*time.Minute))
 			cni := judgetest.CNIPod("n1", true, -2*time.Hour)
 			tc.cni(cni)
-			s, _ := slimCNIPod(cni)
+			s, _ := podcache.CNIPodTransform(cni)
 			if err := h.inf.CNIPods.GetIndexer().Add(s); err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/podcache"
 )
 
 var everything = labels.Everything()
@@ -29,10 +30,10 @@ var everything = labels.Everything()
 type Informers struct {
 	Factory informers.SharedInformerFactory
 	// Pods are the injected pods of every namespace (server-side label
-	// selector cfg.InjectedPodSelector), slimmed by slimInjectedPod and
-	// held as cachedPods (podOf reads them), indexed by node.
+	// selector cfg.InjectedPodSelector), held in package podcache's
+	// compact form (podcache.PodOf reads them), indexed by node.
 	Pods cache.SharedIndexInformer
-	// Nodes are every node, slimmed by slimNode.
+	// Nodes are every node, slimmed by podcache.NodeTransform.
 	Nodes cache.SharedIndexInformer
 	// CNIPods are the CNI DaemonSet's pods (cfg.CNINamespace,
 	// cfg.CNIPodSelector), indexed by node; nil when neither node
@@ -53,7 +54,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 	f := informers.NewSharedInformerFactory(client, cfg.Resync)
 	inf := &Informers{Factory: f}
 
-	slim := cacheInjectedPodFor(cfg.InitContainerNames)
+	slim := podcache.InjectedPodTransform(cfg.InitContainerNames)
 	inf.Pods = f.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		sel := func(o *metav1.ListOptions) { o.LabelSelector = cfg.InjectedPodSelector }
 		lw := &cache.ListWatch{
@@ -70,7 +71,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			},
 			DisableChunking: true,
 		}
-		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, cachedPodIndexers())
+		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Pod{}, resync, podcache.Indexers())
 		_ = i.SetTransform(slim)
 		return i
 	})
@@ -80,7 +81,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 				return listSlim(ctx, o, func(ctx context.Context, o metav1.ListOptions) (*corev1.NodeList, error) {
 					return c.CoreV1().Nodes().List(ctx, o)
 				}, func(l *corev1.NodeList) (int, string, string) { return len(l.Items), l.ResourceVersion, l.Continue },
-					func(l *corev1.NodeList, i int) *corev1.Node { return &l.Items[i] }, slimNode)
+					func(l *corev1.NodeList, i int) *corev1.Node { return &l.Items[i] }, podcache.NodeTransform)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return c.CoreV1().Nodes().Watch(ctx, o)
@@ -88,7 +89,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			DisableChunking: true,
 		}
 		i := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &corev1.Node{}, resync, cache.Indexers{})
-		_ = i.SetTransform(slimNode)
+		_ = i.SetTransform(podcache.NodeTransform)
 		return i
 	})
 	if cfg.NodeReadiness || cfg.Gate == judge.GateCNIPod {
@@ -96,7 +97,7 @@ func newInformers(client kubernetes.Interface, cfg Config) (*Informers, error) {
 			i := coreinformers.NewFilteredPodInformer(c, cfg.CNINamespace, resync, judge.PodNodeIndexers(), func(o *metav1.ListOptions) {
 				o.LabelSelector = cfg.CNIPodSelector
 			})
-			_ = i.SetTransform(slimCNIPod)
+			_ = i.SetTransform(podcache.CNIPodTransform)
 			return i
 		})
 	}

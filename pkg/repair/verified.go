@@ -3,8 +3,6 @@ package repair
 import (
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 )
@@ -58,37 +56,4 @@ func (c *Controller) recheckVerifiers() {
 	for _, name := range changed {
 		c.enqueueNode(name)
 	}
-}
-
-// slimPodConditions keeps of a pod's conditions what the detector reads:
-// PodReadyToStartContainers (its status and transition), and the node
-// verifier's condition (status, reason, probe time; its message only when
-// it is evidence against the pod, for the Event).
-func slimPodConditions(conds []corev1.PodCondition) []corev1.PodCondition {
-	var out []corev1.PodCondition
-	for _, c := range conds {
-		switch c.Type {
-		case corev1.PodReadyToStartContainers:
-			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
-		case annotations.ConditionRedirectVerified:
-			k := corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason,
-				LastProbeTime: c.LastProbeTime, LastTransitionTime: c.LastTransitionTime}
-			if c.Status == corev1.ConditionFalse {
-				k.Message = c.Message
-			}
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// slimNodeConditions keeps the node verifier's condition (status, reason,
-// heartbeat) of a Node's conditions.
-func slimNodeConditions(conds []corev1.NodeCondition) []corev1.NodeCondition {
-	for _, c := range conds {
-		if c.Type == annotations.NodeConditionCNIVerified {
-			return []corev1.NodeCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, LastHeartbeatTime: c.LastHeartbeatTime}}
-		}
-	}
-	return nil
 }

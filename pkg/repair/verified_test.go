@@ -93,17 +93,3 @@ func TestAStaleVerifierNeitherActsNorProtects(t *testing.T) {
 		t.Fatalf("repaired{reason=verified_unredirected} = %v after the verifier went stale", got)
 	}
 }
-
-func TestSlimCacheKeepsTheVerifiersConditions(t *testing.T) {
-	p := judgetest.Pod(judgetest.SandboxAt(-time.Minute), judgetest.Verified(corev1.ConditionFalse, annotations.ReasonRulesMissing, -time.Second))
-	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
-	s, _ := slimDefault(p)
-	got := s.(*corev1.Pod).Status.Conditions
-	if len(got) != 2 || got[1].Type != annotations.ConditionRedirectVerified || got[1].LastProbeTime.IsZero() || got[1].Message == "" {
-		t.Fatalf("slim conditions: %+v", got)
-	}
-	n, _ := slimNode(verifiedNode("n1", -time.Second))
-	if hb, ok := judge.NodeVerifierHeartbeat(n.(*corev1.Node)); !ok || !hb.Equal(judgetest.T0.Add(-time.Second)) {
-		t.Fatalf("slim node heartbeat %v %v", hb, ok)
-	}
-}

@@ -1,4 +1,4 @@
-package repair
+package podcache
 
 import (
 	"strings"
@@ -45,11 +45,11 @@ func slimInjectedPodFor(initNames []string) func(interface{}) (interface{}, erro
 	return func(obj interface{}) (interface{}, error) { return slimInjectedPod(obj, names) }
 }
 
-// cacheInjectedPodFor is the informer transform of the injected-pod
+// InjectedPodTransform is the informer transform of the injected-pod
 // informer: the slim pod (slimInjectedPodFor) in its compact form
 // (cachedPod), or the slim pod itself when it has a time the compact form
-// cannot hold. podOf gives readers the slim pod back.
-func cacheInjectedPodFor(initNames []string) func(interface{}) (interface{}, error) {
+// cannot hold. PodOf gives readers the slim pod back.
+func InjectedPodTransform(initNames []string) func(interface{}) (interface{}, error) {
 	slim := slimInjectedPodFor(initNames)
 	return func(obj interface{}) (interface{}, error) {
 		o, err := slim(obj)
@@ -186,10 +186,10 @@ func (c *containerSummary) lastTermination() corev1.ContainerState {
 	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: c.firstEnd}}
 }
 
-// slimCNIPod is the transform of the CNI DaemonSet pod informer: name,
+// CNIPodTransform is the transform of the CNI DaemonSet pod informer: name,
 // node, labels, deletion, the Ready condition and the start times of the
 // running containers.
-func slimCNIPod(obj interface{}) (interface{}, error) {
+func CNIPodTransform(obj interface{}) (interface{}, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
@@ -221,11 +221,11 @@ func slimCNIPod(obj interface{}) (interface{}, error) {
 	return out, nil
 }
 
-// slimNode keeps a node's name, UID, resourceVersion, labels, taints (the
+// NodeTransform keeps a node's name, UID, resourceVersion, labels, taints (the
 // taints whole: the readiness patch tests them for equality) and of its
 // annotations only the ready-since one (in a map that is nil only when the
 // node has no annotations: the readiness patch adds the whole map then).
-func slimNode(obj interface{}) (interface{}, error) {
+func NodeTransform(obj interface{}) (interface{}, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
@@ -344,4 +344,37 @@ func slimState(s corev1.ContainerState) corev1.ContainerState {
 		out.Waiting = &corev1.ContainerStateWaiting{}
 	}
 	return out
+}
+
+// slimPodConditions keeps of a pod's conditions what the detector reads:
+// PodReadyToStartContainers (its status and transition), and the node
+// verifier's condition (status, reason, probe time; its message only when
+// it is evidence against the pod, for the Event).
+func slimPodConditions(conds []corev1.PodCondition) []corev1.PodCondition {
+	var out []corev1.PodCondition
+	for _, c := range conds {
+		switch c.Type {
+		case corev1.PodReadyToStartContainers:
+			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+		case annotations.ConditionRedirectVerified:
+			k := corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason,
+				LastProbeTime: c.LastProbeTime, LastTransitionTime: c.LastTransitionTime}
+			if c.Status == corev1.ConditionFalse {
+				k.Message = c.Message
+			}
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// slimNodeConditions keeps the node verifier's condition (status, reason,
+// heartbeat) of a Node's conditions.
+func slimNodeConditions(conds []corev1.NodeCondition) []corev1.NodeCondition {
+	for _, c := range conds {
+		if c.Type == annotations.NodeConditionCNIVerified {
+			return []corev1.NodeCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, LastHeartbeatTime: c.LastHeartbeatTime}}
+		}
+	}
+	return nil
 }

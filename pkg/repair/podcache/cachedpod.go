@@ -1,4 +1,4 @@
-package repair
+package podcache
 
 import (
 	"math"
@@ -17,16 +17,16 @@ import (
 )
 
 // cachedPod is what the injected-pod informer holds of a pod: the slim pod
-// (slimInjectedPod) in a compact form of its own, about a third of the
+// (slimInjectedPod) in a compact form of its own, about a fifth of the
 // bytes. A corev1.Pod is a 1,280-byte allocation even when nearly empty,
 // and each metav1.Time 24 bytes; here times are Unix nanoseconds, the
 // values many pods share (namespace, node, owner, manager, phase, condition
 // types and reasons) are unique handles, and the annotations the markers
 // share with other pods stay one interned map.
 //
-// Readers never see it: podOf expands it to the very slim pod it was made
+// Readers never see it: PodOf expands it to the very slim pod it was made
 // from, so the detector, the gate, the breaker and the actions read one
-// type (corev1.Pod) in the controller and in the audit alike. It is
+// type (corev1.Pod), the one the audit judges too. It is
 // immutable once made.
 type cachedPod struct {
 	name, podIP string
@@ -157,13 +157,13 @@ func packState(s corev1.ContainerState, st func(metav1.Time) stamp) cachedState 
 
 // Pod returns the slim pod c was made from: a new object each call, whose
 // maps and strings are shared with the cache (read only).
-func (c *cachedPod) Pod() *corev1.Pod { return c.podIn(&podBuffer{}) }
+func (c *cachedPod) Pod() *corev1.Pod { return c.PodIn(&Buffer{}) }
 
-// podBuffer is the storage one expanded pod at a time lives in. Readers that
+// Buffer is the storage one expanded pod at a time lives in. Readers that
 // judge every cached pod in turn (the metrics' broken counts, the breaker)
 // expand each into the same buffer, so a pass over 100,000 pods leaves no
-// garbage behind: the pod is valid until the next podIn with the buffer.
-type podBuffer struct {
+// garbage behind: the pod is valid until the next PodIn with the buffer.
+type Buffer struct {
 	pod        corev1.Pod
 	times      []metav1.Time
 	conditions []corev1.PodCondition
@@ -177,13 +177,13 @@ type podBuffer struct {
 }
 
 // time stores t in the buffer and returns its address.
-func (b *podBuffer) time(s stamp) *metav1.Time {
+func (b *Buffer) time(s stamp) *metav1.Time {
 	b.times = append(b.times, s.time())
 	return &b.times[len(b.times)-1]
 }
 
-// podIn expands c into b and returns b's pod.
-func (c *cachedPod) podIn(b *podBuffer) *corev1.Pod {
+// PodIn expands c into b and returns b's pod.
+func (c *cachedPod) PodIn(b *Buffer) *corev1.Pod {
 	b.times, b.conditions, b.statuses = b.times[:0], b.conditions[:0], b.statuses[:0]
 	b.running, b.terminated, b.waiting = b.running[:0], b.terminated[:0], b.waiting[:0]
 	b.pod = corev1.Pod{
@@ -227,7 +227,7 @@ func (c *cachedPod) podIn(b *podBuffer) *corev1.Pod {
 
 // annotationsIn returns the pod's annotations: the markers as they are, or
 // with cni-applied-at a copy in the buffer's map.
-func (c *cachedPod) annotationsIn(b *podBuffer) map[string]string {
+func (c *cachedPod) annotationsIn(b *Buffer) map[string]string {
 	if !c.hasAppliedAt {
 		return c.markers
 	}
@@ -242,7 +242,7 @@ func (c *cachedPod) annotationsIn(b *podBuffer) map[string]string {
 	return b.ann
 }
 
-func (b *podBuffer) containers(list []cachedContainer) []corev1.ContainerStatus {
+func (b *Buffer) containers(list []cachedContainer) []corev1.ContainerStatus {
 	if len(list) == 0 {
 		return nil
 	}
@@ -254,7 +254,7 @@ func (b *podBuffer) containers(list []cachedContainer) []corev1.ContainerStatus 
 	return b.statuses[first:len(b.statuses):len(b.statuses)]
 }
 
-func (b *podBuffer) state(s cachedState) corev1.ContainerState {
+func (b *Buffer) state(s cachedState) corev1.ContainerState {
 	var out corev1.ContainerState
 	if s.running {
 		b.running = append(b.running, corev1.ContainerStateRunning{StartedAt: s.runningSince.time()})
@@ -328,27 +328,27 @@ func (c *cachedPod) GetObjectMeta() metav1.Object {
 		ResourceVersion: c.ids.ResourceVersion(), Labels: c.labels}
 }
 
-// podOf returns the pod an informer or indexer object stands for: a
+// PodOf returns the pod an informer or indexer object stands for: a
 // cachedPod expanded, a pod as it is, the last state of a tombstone.
-func podOf(obj interface{}) (*corev1.Pod, bool) { return podIn(obj, &podBuffer{}) }
+func PodOf(obj interface{}) (*corev1.Pod, bool) { return PodIn(obj, &Buffer{}) }
 
-// podIn is podOf expanding into b (valid until b's next use).
-func podIn(obj interface{}, b *podBuffer) (*corev1.Pod, bool) {
+// PodIn is PodOf expanding into b (valid until b's next use).
+func PodIn(obj interface{}, b *Buffer) (*corev1.Pod, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	switch o := obj.(type) {
 	case *cachedPod:
-		return o.podIn(b), true
+		return o.PodIn(b), true
 	case *corev1.Pod:
 		return o, true
 	}
 	return nil, false
 }
 
-// cachedUID returns the UID of an informer or indexer object without
+// UIDOf returns the UID of an informer or indexer object without
 // expanding it.
-func cachedUID(obj interface{}) (types.UID, bool) {
+func UIDOf(obj interface{}) (types.UID, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -361,9 +361,9 @@ func cachedUID(obj interface{}) (types.UID, bool) {
 	return "", false
 }
 
-// cachedKey returns the uidKey of an informer or indexer object without
+// KeyOf returns the UIDKey of an informer or indexer object without
 // allocating.
-func cachedKey(obj interface{}) (uidKey, bool) {
+func KeyOf(obj interface{}) (UIDKey, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -371,14 +371,14 @@ func cachedKey(obj interface{}) (uidKey, bool) {
 	case *cachedPod:
 		return o.ids.key(), true
 	case *corev1.Pod:
-		return keyOfUID(o.UID), true
+		return KeyOfUID(o.UID), true
 	}
-	return uidKey{}, false
+	return UIDKey{}, false
 }
 
-// cachedPodIndexers index the injected-pod informer's objects by node
+// Indexers index the injected-pod informer's objects by node
 // (judge.IndexByNode), cachedPods and pods alike.
-func cachedPodIndexers() cache.Indexers {
+func Indexers() cache.Indexers {
 	return cache.Indexers{judge.IndexByNode: func(obj interface{}) ([]string, error) {
 		node := ""
 		switch o := obj.(type) {

@@ -1,4 +1,4 @@
-package repair
+package podcache
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package repair
+package podcache
 
 import (
 	"reflect"
@@ -53,7 +53,7 @@ func TestSlimInjectedPodDropsWhatIsNotRead(t *testing.T) {
 	if st, _ := judge.SandboxTime(s); !st.Equal(judgetest.T0.Add(-time.Hour)) {
 		t.Errorf("sandbox time on the slim pod: %s", st)
 	}
-	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || controllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
+	if s.UID != p.UID || s.ResourceVersion != p.ResourceVersion || metav1.GetControllerOf(s) == nil || s.Spec.NodeName != "n1" || s.Annotations[annotations.KeyTransparentProxyStatus] != "enabled" {
 		t.Errorf("lost data the controller reads: %+v", s)
 	}
 	if p.ManagedFields == nil || p.Spec.Containers == nil {
@@ -141,14 +141,14 @@ func TestSlimSharesIdenticalMarkerMaps(t *testing.T) {
 // cacheDefault is the injected-pod informer's transform with the default
 // settings: what the cache holds.
 func cacheDefault(obj interface{}) (interface{}, error) {
-	return cacheInjectedPodFor(judge.DefaultConfig().InitContainerNames)(obj)
+	return InjectedPodTransform(judge.DefaultConfig().InitContainerNames)(obj)
 }
 
 // slimDefault is what a reader of the cache gets for obj: the informer's
-// transform, read back through podOf (a pod when the cache holds one).
+// transform, read back through PodOf (a pod when the cache holds one).
 func slimDefault(obj interface{}) (interface{}, error) {
 	o, err := cacheDefault(obj)
-	if p, ok := podOf(o); ok && err == nil {
+	if p, ok := PodOf(o); ok && err == nil {
 		return p, nil
 	}
 	return o, err
@@ -186,18 +186,18 @@ func TestCachedPodReadsBackAsTheSlimPod(t *testing.T) {
 		pods = append(pods, tc.Pod)
 	}
 	// One buffer for every pod, as a pass over the cache reads them.
-	var buf podBuffer
+	var buf Buffer
 	for _, p := range pods {
 		want, _ := slimInjectedPod(p, names)
 		c, _ := cacheDefault(p)
 		if _, ok := c.(*cachedPod); !ok {
 			t.Fatalf("pod %s cached as %T, want its compact form", p.Name, c)
 		}
-		got, _ := podOf(c)
+		got, _ := PodOf(c)
 		if !apiequality.Semantic.DeepEqual(got, want) {
 			t.Errorf("pod %s read back from the cache:\n%+v\nwant the slim pod\n%+v", p.Name, got, want)
 		}
-		if again, _ := podIn(c, &buf); !apiequality.Semantic.DeepEqual(again, want) {
+		if again, _ := PodIn(c, &buf); !apiequality.Semantic.DeepEqual(again, want) {
 			t.Errorf("pod %s read back into a used buffer:\n%+v\nwant the slim pod\n%+v", p.Name, again, want)
 		}
 		if m, _ := c.(*cachedPod).GetObjectMeta().(*metav1.ObjectMeta); m.Name != p.Name || m.Namespace != p.Namespace || m.UID != p.UID {
@@ -215,5 +215,24 @@ func TestPodWithATimeOutOfRangeIsCachedSlim(t *testing.T) {
 	got, ok := c.(*corev1.Pod)
 	if !ok || !got.CreationTimestamp.Equal(&p.CreationTimestamp) {
 		t.Fatalf("cached %T %+v, want the slim pod with its creation time", c, c)
+	}
+}
+
+// The cache keeps the node verifier's pod condition (with its message when
+// it is evidence against the pod) and its Node condition's heartbeat.
+func TestSlimCacheKeepsTheVerifiersConditions(t *testing.T) {
+	p := judgetest.Pod(judgetest.SandboxAt(-time.Minute), judgetest.Verified(corev1.ConditionFalse, annotations.ReasonRulesMissing, -time.Second))
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+	s, _ := slimDefault(p)
+	got := s.(*corev1.Pod).Status.Conditions
+	if len(got) != 2 || got[1].Type != annotations.ConditionRedirectVerified || got[1].LastProbeTime.IsZero() || got[1].Message == "" {
+		t.Fatalf("slim conditions: %+v", got)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: annotations.NodeConditionCNIVerified, Status: corev1.ConditionFalse, Reason: annotations.ReasonPodsUnredirected,
+		LastHeartbeatTime: judgetest.At(-time.Second), Message: "1 without"}}}}
+	n, _ := NodeTransform(node)
+	if hb, ok := judge.NodeVerifierHeartbeat(n.(*corev1.Node)); !ok || !hb.Equal(judgetest.T0.Add(-time.Second)) {
+		t.Fatalf("slim node heartbeat %v %v", hb, ok)
 	}
 }

@@ -1,4 +1,4 @@
-package repair
+package podcache
 
 import (
 	"testing"
@@ -43,20 +43,20 @@ func TestCachedPodKeepsItsUIDAndResourceVersionInEveryForm(t *testing.T) {
 			if compact := c.ids.texts == nil; compact != (u.compact && v.compact) {
 				t.Errorf("UID %q resourceVersion %q: held compactly %v, want %v", u.uid, v.rv, compact, u.compact && v.compact)
 			}
-			got, _ := podOf(c)
+			got, _ := PodOf(c)
 			meta := c.GetObjectMeta()
-			uid, _ := cachedUID(c)
+			uid, _ := UIDOf(c)
 			for what, pair := range map[string][2]string{
 				"pod's UID": {string(got.UID), string(u.uid)}, "pod's resourceVersion": {got.ResourceVersion, v.rv},
 				"metadata's UID": {string(meta.GetUID()), string(u.uid)}, "metadata's resourceVersion": {meta.GetResourceVersion(), v.rv},
-				"cachedUID": {string(uid), string(u.uid)},
+				"UIDOf": {string(uid), string(u.uid)},
 			} {
 				if pair[0] != pair[1] {
 					t.Errorf("UID %q resourceVersion %q: %s reads %q", u.uid, v.rv, what, pair[0])
 				}
 			}
-			if k, _ := cachedKey(c); k != keyOfUID(u.uid) {
-				t.Errorf("UID %q resourceVersion %q: key %v, want the UID's %v", u.uid, v.rv, k, keyOfUID(u.uid))
+			if k, _ := KeyOf(c); k != KeyOfUID(u.uid) {
+				t.Errorf("UID %q resourceVersion %q: key %v, want the UID's %v", u.uid, v.rv, k, KeyOfUID(u.uid))
 			}
 		}
 	}
@@ -69,7 +69,7 @@ func TestUIDKeysAreEqualOnlyForEqualUIDs(t *testing.T) {
 		"0b6c2f0e-6a4e-4d1c-9b1e-00000000002b", "uid-a", "", "00000000-0000-0000-0000-000000000000"}
 	for i, a := range uids {
 		for j, b := range uids {
-			if same := keyOfUID(a) == keyOfUID(b); same != (i == j) {
+			if same := KeyOfUID(a) == KeyOfUID(b); same != (i == j) {
 				t.Errorf("keys of %q and %q equal: %v", a, b, same)
 			}
 		}

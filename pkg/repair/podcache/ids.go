@@ -1,4 +1,4 @@
-package repair
+package podcache
 
 import (
 	"encoding/hex"
@@ -99,25 +99,25 @@ func (ids cachedIDs) ResourceVersion() string {
 	return strconv.FormatUint(ids.version, 10)
 }
 
-// uidKey identifies a UID without its text: equal keys, equal UIDs. A pass
+// UIDKey identifies a UID without its text: equal keys, equal UIDs. A pass
 // over every cached pod compares keys and allocates nothing per pod.
-type uidKey struct {
+type UIDKey struct {
 	uuid   [16]byte
 	isUUID bool
 	text   string // the UID when it is not a canonical UUID
 }
 
-func keyOfUID(uid types.UID) uidKey {
-	k := uidKey{isUUID: true}
+func KeyOfUID(uid types.UID) UIDKey {
+	k := UIDKey{isUUID: true}
 	if !parseUUID(string(uid), &k.uuid) {
-		return uidKey{text: string(uid)}
+		return UIDKey{text: string(uid)}
 	}
 	return k
 }
 
-func (ids cachedIDs) key() uidKey {
+func (ids cachedIDs) key() UIDKey {
 	if ids.texts != nil {
-		return keyOfUID(types.UID(ids.texts.uid))
+		return KeyOfUID(types.UID(ids.texts.uid))
 	}
-	return uidKey{uuid: ids.uuid, isUUID: true}
+	return UIDKey{uuid: ids.uuid, isUUID: true}
 }
