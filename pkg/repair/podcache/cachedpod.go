@@ -155,10 +155,6 @@ func packState(s corev1.ContainerState, st func(metav1.Time) stamp) cachedState 
 	return out
 }
 
-// Pod returns the slim pod c was made from: a new object each call, whose
-// maps and strings are shared with the cache (read only).
-func (c *cachedPod) Pod() *corev1.Pod { return c.PodIn(&Buffer{}) }
-
 // Buffer is the storage one expanded pod at a time lives in. Readers that
 // judge every cached pod in turn (the metrics' broken counts, the breaker)
 // expand each into the same buffer, so a pass over 100,000 pods leaves no
@@ -182,8 +178,8 @@ func (b *Buffer) time(s stamp) *metav1.Time {
 	return &b.times[len(b.times)-1]
 }
 
-// PodIn expands c into b and returns b's pod.
-func (c *cachedPod) PodIn(b *Buffer) *corev1.Pod {
+// expand expands c into b and returns b's pod.
+func (c *cachedPod) expand(b *Buffer) *corev1.Pod {
 	b.times, b.conditions, b.statuses = b.times[:0], b.conditions[:0], b.statuses[:0]
 	b.running, b.terminated, b.waiting = b.running[:0], b.terminated[:0], b.waiting[:0]
 	b.pod = corev1.Pod{
@@ -334,29 +330,22 @@ func PodOf(obj interface{}) (*corev1.Pod, bool) { return PodIn(obj, &Buffer{}) }
 
 // PodIn is PodOf expanding into b (valid until b's next use).
 func PodIn(obj interface{}, b *Buffer) (*corev1.Pod, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+	c, p := unwrap(obj)
+	if c != nil {
+		return c.expand(b), true
 	}
-	switch o := obj.(type) {
-	case *cachedPod:
-		return o.PodIn(b), true
-	case *corev1.Pod:
-		return o, true
-	}
-	return nil, false
+	return p, p != nil
 }
 
 // UIDOf returns the UID of an informer or indexer object without
 // expanding it.
 func UIDOf(obj interface{}) (types.UID, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+	c, p := unwrap(obj)
+	if c != nil {
+		return c.ids.UID(), true
 	}
-	switch o := obj.(type) {
-	case *cachedPod:
-		return o.ids.UID(), true
-	case *corev1.Pod:
-		return o.UID, true
+	if p != nil {
+		return p.UID, true
 	}
 	return "", false
 }
@@ -364,16 +353,30 @@ func UIDOf(obj interface{}) (types.UID, bool) {
 // KeyOf returns the UIDKey of an informer or indexer object without
 // allocating.
 func KeyOf(obj interface{}) (UIDKey, bool) {
+	c, p := unwrap(obj)
+	if c != nil {
+		return c.ids.key(), true
+	}
+	if p != nil {
+		return KeyOfUID(p.UID), true
+	}
+	return UIDKey{}, false
+}
+
+// unwrap returns what an informer or indexer object holds (the last state
+// of a tombstone): a compact pod, or a pod as it is; neither for anything
+// else.
+func unwrap(obj interface{}) (*cachedPod, *corev1.Pod) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	switch o := obj.(type) {
 	case *cachedPod:
-		return o.ids.key(), true
+		return o, nil
 	case *corev1.Pod:
-		return KeyOfUID(o.UID), true
+		return nil, o
 	}
-	return UIDKey{}, false
+	return nil, nil
 }
 
 // Indexers index the injected-pod informer's objects by node
