@@ -43,9 +43,11 @@ type cachedPod struct {
 	created, deleted, started, written stamp
 
 	conditions []cachedCondition
-	// inits are the check init containers; others is the summary of every
-	// other container (at most one entry).
-	inits, others []cachedContainer
+	// containers are the check init containers (the first nInits) and
+	// the summary of every other container (at most one entry): one slice,
+	// one header in every cached pod.
+	containers []cachedContainer
+	nInits     int32
 
 	hasAppliedAt, hasDeleted, hasStarted, hasWritten, hasOwner, hostNetwork bool
 }
@@ -109,8 +111,8 @@ func packPod(p *corev1.Pod) (*cachedPod, bool) {
 		c.conditions = append(c.conditions, cachedCondition{typ: handle(string(k.Type)), status: handle(string(k.Status)),
 			reason: handle(k.Reason), message: k.Message, transition: st(k.LastTransitionTime), probe: st(k.LastProbeTime)})
 	}
-	c.inits = packContainers(p.Status.InitContainerStatuses, st)
-	c.others = packContainers(p.Status.ContainerStatuses, st)
+	c.containers = packContainers(p.Status.InitContainerStatuses, p.Status.ContainerStatuses, st)
+	c.nInits = int32(len(p.Status.InitContainerStatuses))
 	return c, ok
 }
 
@@ -131,14 +133,16 @@ func (c *cachedPod) packAnnotations(m map[string]string) {
 	c.markers = keep(rest, keptPodAnnotations)
 }
 
-func packContainers(list []corev1.ContainerStatus, st func(metav1.Time) stamp) []cachedContainer {
-	if len(list) == 0 {
+func packContainers(inits, others []corev1.ContainerStatus, st func(metav1.Time) stamp) []cachedContainer {
+	if len(inits)+len(others) == 0 {
 		return nil
 	}
-	out := make([]cachedContainer, len(list))
-	for i := range list {
-		out[i] = cachedContainer{name: handle(list[i].Name), restartCount: list[i].RestartCount,
-			state: packState(list[i].State, st), last: packState(list[i].LastTerminationState, st)}
+	out := make([]cachedContainer, 0, len(inits)+len(others))
+	for _, list := range [][]corev1.ContainerStatus{inits, others} {
+		for i := range list {
+			out = append(out, cachedContainer{name: handle(list[i].Name), restartCount: list[i].RestartCount,
+				state: packState(list[i].State, st), last: packState(list[i].LastTerminationState, st)})
+		}
 	}
 	return out
 }
@@ -216,8 +220,8 @@ func (c *cachedPod) expand(b *Buffer) *corev1.Pod {
 	if len(b.conditions) > 0 {
 		p.Status.Conditions = b.conditions
 	}
-	p.Status.InitContainerStatuses = b.containers(c.inits)
-	p.Status.ContainerStatuses = b.containers(c.others)
+	p.Status.InitContainerStatuses = b.containers(c.containers[:c.nInits])
+	p.Status.ContainerStatuses = b.containers(c.containers[c.nInits:])
 	return p
 }
 
