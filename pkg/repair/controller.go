@@ -6,11 +6,12 @@
 // (Informers: injected pods, nodes and CNI DaemonSet pods, slimmed to what
 // the controllers read before they are cached, listed page by page), the
 // metrics (Prometheus names in package metrics) and health endpoints,
-// leader election on a Lease (electedRunner: the controllers run only while
-// this replica holds it, and the lease is released only once they have
-// stopped, so two replicas never act at once) and, on the leader, two
-// controllers: the pod Controller here and node readiness (package
-// nodeready). Informers run on every replica, so a new leader starts warm.
+// leader election on a Lease (package leader: the controllers run only
+// while this replica holds it, the lease is released only once they have
+// stopped, and every action ends by the leader's fence, so two replicas
+// never act at once) and, on the leader, two controllers: the pod
+// Controller here and node readiness (package nodeready). Informers run on
+// every replica, so a new leader starts warm.
 //
 // The Controller follows sample-controller: cheap event handlers put pod keys
 // on a rate-limited workqueue, and sync judges one pod from the caches with
@@ -46,6 +47,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/leader"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/limit"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/metrics"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/podcache"
@@ -545,7 +547,7 @@ func (c *Controller) act(ctx context.Context, logger klog.Logger, pod *corev1.Po
 	// A started action is seen through even when the controller is being
 	// stopped: canceled in flight, it may still be applied by the API
 	// server while we record neither its Event nor its count.
-	deadline, ok := actionDeadline(ctx, time.Now())
+	deadline, ok := leader.ActionDeadline(ctx, time.Now(), actionTimeout)
 	if !ok {
 		logger.Info("Not acting: the lease was not renewed in time, another replica may lead now", "fence", deadline)
 		return nil

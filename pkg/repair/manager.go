@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/configkey"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/leader"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/nodeready"
 )
 
@@ -107,7 +108,7 @@ type Manager struct {
 	rights       *rightsChecker
 	rightsPeriod time.Duration
 	// elected sequences leadership; nil without leader election.
-	elected *electedRunner
+	elected *leader.Runner
 
 	metricsLn, healthLn net.Listener
 }
@@ -139,7 +140,7 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 		}
 	}
 	if cfg.LeaderElect {
-		m.elected = newElectedRunner(leaderelection.LeaderElectionConfig{
+		m.elected = leader.New(leaderelection.LeaderElectionConfig{
 			Lock: &resourcelock.LeaseLock{
 				LeaseMeta:  metav1ObjectMeta(cfg.LeaseNamespace, cfg.LeaseName),
 				Client:     client.CoordinationV1(),
@@ -149,7 +150,7 @@ func NewManager(client kubernetes.Interface, cfg ManagerConfig) (*Manager, error
 			RenewDeadline: cfg.RenewDeadline,
 			RetryPeriod:   cfg.RetryPeriod,
 			Name:          Component,
-		})
+		}, actionTimeout)
 	}
 	if m.metricsLn, err = listen(cfg.MetricsAddr); err != nil {
 		return nil, &configkey.Error{Key: "MetricsAddr", Value: cfg.MetricsAddr, Reason: "cannot be listened on", Err: err}
@@ -198,8 +199,9 @@ func lnAddr(l net.Listener) string {
 
 // Run blocks until ctx is done (graceful shutdown: controllers stop, then
 // the lease is released, then the servers stop) or leadership is lost
-// (errLeaseLost: the process should exit and be restarted). Whatever ends
-// it, every informer and controller has stopped when it returns.
+// (leader.ErrLeaseLost: the process should exit and be restarted).
+// Whatever ends it, every informer and controller has stopped when it
+// returns.
 func (m *Manager) Run(ctx context.Context) error {
 	servers := m.startServers(ctx)
 	defer stopServers(servers, m.cfg.ShutdownTimeout)
@@ -235,7 +237,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return m.lead(ctx)
 	}
 	err := m.elected.Run(ctx, m.lead)
-	if errors.Is(err, errLeaseLost) {
+	if errors.Is(err, leader.ErrLeaseLost) {
 		klog.FromContext(ctx).Error(err, "Lease lost; stopping", "identity", m.cfg.Identity)
 	}
 	return err

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/leader"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/leader/leadertest"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
@@ -88,13 +90,13 @@ func TestManagerLeadsServesAndReleasesOnShutdown(t *testing.T) {
 	}
 }
 
-// A lost lease ends Run with errLeaseLost, every informer stopped and the
-// servers closed, so the process exits and is restarted as a standby.
+// A lost lease ends Run with leader.ErrLeaseLost, every informer stopped
+// and the servers closed, so the process exits and is restarted as a standby.
 func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	baseline := runtime.NumGoroutine()
-	api := newLeaseAPI()
+	api := leadertest.NewLeaseAPI()
 	cfg := DefaultManagerConfig()
-	cfg.LeaseNamespace, cfg.LeaseName = testLeaseNS, testLeaseName
+	cfg.LeaseNamespace, cfg.LeaseName = leadertest.Namespace, leadertest.Name
 	cfg.Identity = "replica-a"
 	cfg.MetricsAddr = "0"
 	cfg.HealthAddr = "127.0.0.1:0"
@@ -110,11 +112,11 @@ func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	poll.Eventually(t, time.Minute, "leadership", func() bool { return testutil.ToFloat64(m.Metrics.Leader) == 1 })
 	poll.Eventually(t, time.Minute, "readyz", func() bool { c, _ := get(t, health+"/readyz"); return c == 200 })
 
-	api.steal(t)
+	api.Steal(t)
 	select {
 	case err := <-done:
-		if !errors.Is(err, errLeaseLost) {
-			t.Fatalf("Run = %v, want errLeaseLost", err)
+		if !errors.Is(err, leader.ErrLeaseLost) {
+			t.Fatalf("Run = %v, want leader.ErrLeaseLost", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the lease was lost")
@@ -130,7 +132,7 @@ func TestManagerLostLeaseStopsEverything(t *testing.T) {
 	if c, _ := get(t, health+"/healthz"); c == 200 {
 		t.Error("healthz still answers 200 after Run returned")
 	}
-	if h := api.holder(t); h != "thief" {
+	if h := api.Holder(t); h != "thief" {
 		t.Errorf("holder = %q, want thief", h)
 	}
 	http.DefaultClient.CloseIdleConnections()

@@ -1,4 +1,4 @@
-package repair
+package leader
 
 import (
 	"context"
@@ -73,18 +73,20 @@ func (l *renewClock) release(ctx context.Context) error {
 // fenceKey carries the leader's fence in the controllers' context.
 type fenceKey struct{}
 
-// withFence returns ctx carrying fence: the time until which an action
-// started as leader may run.
-func withFence(ctx context.Context, fence func() time.Time) context.Context {
+// WithFence returns ctx carrying fence: the time until which an action
+// started as leader may run. Run gives the function it runs as leader such
+// a context.
+func WithFence(ctx context.Context, fence func() time.Time) context.Context {
 	return context.WithValue(ctx, fenceKey{}, fence)
 }
 
-// actionDeadline is when an action started now must be over: now +
-// actionTimeout, or earlier the leader's fence (no replica can have taken
-// the Lease over before it). ok is false when the fence has passed: this
-// replica may no longer be the only leader, and must not act.
-func actionDeadline(ctx context.Context, now time.Time) (deadline time.Time, ok bool) {
-	deadline = now.Add(actionTimeout)
+// ActionDeadline is when an action started now must be over: now + timeout,
+// or earlier the fence ctx carries (no replica can have taken the Lease
+// over before it). ok is false when the fence has passed: this replica may
+// no longer be the only leader, and must not act. A ctx without a fence
+// (no leader election) bounds the action by timeout alone.
+func ActionDeadline(ctx context.Context, now time.Time, timeout time.Duration) (deadline time.Time, ok bool) {
+	deadline = now.Add(timeout)
 	fence, _ := ctx.Value(fenceKey{}).(func() time.Time)
 	if fence == nil {
 		return deadline, true

@@ -1,4 +1,4 @@
-package repair
+package leader
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/leader/leadertest"
 )
 
 // leaseWrites records the Lease writes that got through, and fails the
@@ -21,7 +23,7 @@ type leaseWrites struct {
 	releases []time.Time
 }
 
-func (w *leaseWrites) install(api *leaseAPI) {
+func (w *leaseWrites) install(api *leadertest.LeaseAPI) {
 	api.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		l := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
 		holder := ""
@@ -74,7 +76,7 @@ func inFlightLead(s *span, started chan<- struct{}, inFlight time.Duration) func
 // released before its controllers returned, and the standby starts
 // leading only after the old leader's last action ended.
 func TestRenewalFailureNeverLetsTwoLeadersAct(t *testing.T) {
-	api := newLeaseAPI()
+	api := leadertest.NewLeaseAPI()
 	w := &leaseWrites{}
 	w.install(api)
 	a, b := testRunner(api, "a"), testRunner(api, "b")
@@ -92,8 +94,8 @@ func TestRenewalFailureNeverLetsTwoLeadersAct(t *testing.T) {
 	w.mu.Lock()
 	w.failFrom = "a"
 	w.mu.Unlock()
-	if err := waitErr(t, aDone); !errors.Is(err, errLeaseLost) {
-		t.Fatalf("a: Run = %v, want errLeaseLost", err)
+	if err := waitErr(t, aDone); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a: Run = %v, want ErrLeaseLost", err)
 	}
 	select {
 	case <-bStarted:
@@ -119,37 +121,37 @@ func TestRenewalFailureNeverLetsTwoLeadersAct(t *testing.T) {
 	}
 }
 
-// An action is never started once the leader's fence has passed (its last
-// renewal is too old for it to be sure no other replica leads), and one
-// started before ends by the fence.
-func TestNoActionAfterTheLeadersFence(t *testing.T) {
-	h := newHarness(t, nil)
-	h.addNode(readyNode("n1"))
-	key := h.addPod(brokenB())
-	past := withFence(context.Background(), func() time.Time { return time.Now().Add(-time.Millisecond) })
-	if err := h.c.sync(past, key); err != nil {
-		t.Fatal(err)
+// An action started before the fence ends by it, or after its timeout when
+// that comes first; none may start once the fence has passed; without a
+// fence (no leader election) the timeout alone bounds it.
+func TestActionDeadlineIsTheFenceOrTheTimeout(t *testing.T) {
+	now := time.Now()
+	fenced := func(f time.Time) context.Context {
+		return WithFence(context.Background(), func() time.Time { return f })
 	}
-	if acts := h.mutations(); len(acts) != 0 {
-		t.Fatalf("acted after the fence: %v", acts)
-	}
-	soon := time.Now().Add(2 * time.Second)
-	d, ok := actionDeadline(withFence(context.Background(), func() time.Time { return soon }), time.Now())
-	if !ok || !d.Equal(soon) {
-		t.Fatalf("deadline %s %v, want the fence %s", d, ok, soon)
-	}
-	if err := h.c.sync(withFence(context.Background(), func() time.Time { return soon }), key); err != nil {
-		t.Fatal(err)
-	}
-	if acts := h.mutations(); len(acts) != 1 {
-		t.Fatalf("want one action before the fence, got %v", acts)
+	for _, c := range []struct {
+		name   string
+		ctx    context.Context
+		want   time.Time
+		wantOK bool
+	}{
+		{"fence before the timeout", fenced(now.Add(2 * time.Second)), now.Add(2 * time.Second), true},
+		{"timeout before the fence", fenced(now.Add(time.Minute)), now.Add(testActionTimeout), true},
+		{"fence passed", fenced(now.Add(-time.Millisecond)), now.Add(-time.Millisecond), false},
+		{"fence now", fenced(now), now, false},
+		{"no fence", context.Background(), now.Add(testActionTimeout), true},
+	} {
+		d, ok := ActionDeadline(c.ctx, now, testActionTimeout)
+		if !d.Equal(c.want) || ok != c.wantOK {
+			t.Errorf("%s: ActionDeadline = %s %v, want %s %v", c.name, d, ok, c.want, c.wantOK)
+		}
 	}
 }
 
 // The fence follows the renewals: the renew deadline plus half the margin
 // to the lease duration after the last renewal sent.
 func TestFenceFollowsTheRenewals(t *testing.T) {
-	api := newLeaseAPI()
+	api := leadertest.NewLeaseAPI()
 	e := testRunner(api, "a")
 	started := make(chan struct{})
 	var s span
@@ -158,7 +160,7 @@ func TestFenceFollowsTheRenewals(t *testing.T) {
 	<-started
 	time.Sleep(300 * time.Millisecond) // a few renewals (retry period 100 ms)
 	sent := e.lock.lastSent()
-	if f := e.Fence(); !f.Equal(sent.Add(2500*time.Millisecond)) || time.Since(sent) > time.Second {
+	if f := e.fence(); !f.Equal(sent.Add(2500*time.Millisecond)) || time.Since(sent) > time.Second {
 		t.Fatalf("fence %s, last renewal sent %s", f, sent)
 	}
 	cancel()
