@@ -40,16 +40,56 @@ type cachedPod struct {
 	namespace, node, restartPolicy, phase, manager unique.Handle[string]
 	owner                                          unique.Handle[ownerRef]
 
-	created, deleted, started, written stamp
+	created, started, written stamp
+	// rare is nil but for the few pods with a UID or resourceVersion not
+	// in the compact form (ids), or a deletion time.
+	rare *rareFields
 
 	conditions []cachedCondition
 	// containers are the check init containers (the first nInits) and
 	// the summary of every other container (at most one entry): one slice,
 	// one header in every cached pod.
 	containers []cachedContainer
-	nInits     int32
+	nInits     uint16
 
 	hasAppliedAt, hasDeleted, hasStarted, hasWritten, hasOwner, hostNetwork bool
+}
+
+// rareFields are what few cached pods hold: the UID and resourceVersion
+// as texts (textIDs) when they have no compact form, the deletion time.
+type rareFields struct {
+	textIDs              bool
+	uid, resourceVersion string
+	deleted              stamp
+}
+
+// rareOf returns c's rare fields, made on first use.
+func (c *cachedPod) rareOf() *rareFields {
+	if c.rare == nil {
+		c.rare = &rareFields{}
+	}
+	return c.rare
+}
+
+func (c *cachedPod) uid() types.UID {
+	if c.rare != nil && c.rare.textIDs {
+		return types.UID(c.rare.uid)
+	}
+	return c.ids.UID()
+}
+
+func (c *cachedPod) resourceVersion() string {
+	if c.rare != nil && c.rare.textIDs {
+		return c.rare.resourceVersion
+	}
+	return c.ids.ResourceVersion()
+}
+
+func (c *cachedPod) key() UIDKey {
+	if c.rare != nil && c.rare.textIDs {
+		return KeyOfUID(types.UID(c.rare.uid))
+	}
+	return c.ids.key()
 }
 
 // stamp is a time as Unix nanoseconds; 0 is the zero time.
@@ -88,14 +128,19 @@ func packPod(p *corev1.Pod) (*cachedPod, bool) {
 		return s
 	}
 	c := &cachedPod{
-		name: p.Name, ids: idsOf(p.UID, p.ResourceVersion), podIP: p.Status.PodIP,
+		name: p.Name, podIP: p.Status.PodIP,
 		labels: p.Labels, namespace: handle(p.Namespace), node: handle(p.Spec.NodeName),
 		restartPolicy: handle(string(p.Spec.RestartPolicy)), phase: handle(string(p.Status.Phase)),
 		created: st(p.CreationTimestamp), hostNetwork: p.Spec.HostNetwork,
 	}
 	c.packAnnotations(p.Annotations)
+	var compact bool
+	if c.ids, compact = idsOf(p.UID, p.ResourceVersion); !compact {
+		r := c.rareOf()
+		r.textIDs, r.uid, r.resourceVersion = true, string(p.UID), p.ResourceVersion
+	}
 	if d := p.DeletionTimestamp; d != nil {
-		c.hasDeleted, c.deleted = true, st(*d)
+		c.hasDeleted, c.rareOf().deleted = true, st(*d)
 	}
 	if s := p.Status.StartTime; s != nil {
 		c.hasStarted, c.started = true, st(*s)
@@ -112,7 +157,10 @@ func packPod(p *corev1.Pod) (*cachedPod, bool) {
 			reason: handle(k.Reason), message: k.Message, transition: st(k.LastTransitionTime), probe: st(k.LastProbeTime)})
 	}
 	c.containers = packContainers(p.Status.InitContainerStatuses, p.Status.ContainerStatuses, st)
-	c.nInits = int32(len(p.Status.InitContainerStatuses))
+	if len(p.Status.InitContainerStatuses) > math.MaxUint16 {
+		return nil, false
+	}
+	c.nInits = uint16(len(p.Status.InitContainerStatuses))
 	return c, ok
 }
 
@@ -187,8 +235,8 @@ func (c *cachedPod) expand(b *Buffer) *corev1.Pod {
 	b.times, b.conditions, b.statuses = b.times[:0], b.conditions[:0], b.statuses[:0]
 	b.running, b.terminated, b.waiting = b.running[:0], b.terminated[:0], b.waiting[:0]
 	b.pod = corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: c.ids.UID(),
-			ResourceVersion: c.ids.ResourceVersion(), CreationTimestamp: c.created.time(), Labels: c.labels,
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: c.uid(),
+			ResourceVersion: c.resourceVersion(), CreationTimestamp: c.created.time(), Labels: c.labels,
 			Annotations: c.annotationsIn(b)},
 		Spec: corev1.PodSpec{NodeName: str(c.node), RestartPolicy: corev1.RestartPolicy(str(c.restartPolicy)),
 			HostNetwork: c.hostNetwork},
@@ -196,7 +244,7 @@ func (c *cachedPod) expand(b *Buffer) *corev1.Pod {
 	}
 	p := &b.pod
 	if c.hasDeleted {
-		p.DeletionTimestamp = b.time(c.deleted)
+		p.DeletionTimestamp = b.time(c.rare.deleted)
 	}
 	if c.hasStarted {
 		p.Status.StartTime = b.time(c.started)
@@ -324,8 +372,8 @@ func (c *cachedPod) DeepCopyObject() runtime.Object {
 }
 
 func (c *cachedPod) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: c.ids.UID(),
-		ResourceVersion: c.ids.ResourceVersion(), Labels: c.labels}
+	return &metav1.ObjectMeta{Name: c.name, Namespace: str(c.namespace), UID: c.uid(),
+		ResourceVersion: c.resourceVersion(), Labels: c.labels}
 }
 
 // PodOf returns the pod an informer or indexer object stands for: a
@@ -346,7 +394,7 @@ func PodIn(obj interface{}, b *Buffer) (*corev1.Pod, bool) {
 func UIDOf(obj interface{}) (types.UID, bool) {
 	c, p := unwrap(obj)
 	if c != nil {
-		return c.ids.UID(), true
+		return c.uid(), true
 	}
 	if p != nil {
 		return p.UID, true
@@ -359,7 +407,7 @@ func UIDOf(obj interface{}) (types.UID, bool) {
 func KeyOf(obj interface{}) (UIDKey, bool) {
 	c, p := unwrap(obj)
 	if c != nil {
-		return c.ids.key(), true
+		return c.key(), true
 	}
 	if p != nil {
 		return KeyOfUID(p.UID), true

@@ -22,9 +22,10 @@
 // fifth of the slim corev1.Pod's bytes (a corev1.Pod is a 1,280-byte
 // allocation even nearly empty): times as Unix nanoseconds; the UID as the
 // UUID's 16 bytes and the resourceVersion as a number, the texts kept as
-// they came when either is in another form; the values many pods share
-// (namespace, node, owner, manager, phase, condition types and reasons) as
-// unique handles; the marker annotations as one map shared by every pod
+// they came when either is in another form, beside the deletion time in
+// the fields few pods need (one pointer, nil for most); the values many
+// pods share (namespace, node, owner, manager, phase, condition types and
+// reasons) as unique handles; the marker annotations as one map shared by every pod
 // that carries the same ones, cni-applied-at apart. A pod with a time the
 // compact form cannot hold stays a slim corev1.Pod. Cached objects are
 // immutable and share what they can.

@@ -7,26 +7,26 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// A cached pod's UID and resourceVersion take 24 bytes and no allocation
-// of their own: the UID as the 16 bytes of the UUID the API server assigns
-// (parsed from its canonical text: 36 characters, lower-case hex), the
-// resourceVersion as the number etcd's revisions are (0 for none). Either in any other
-// form (a UID that is not a canonical UUID, an opaque resourceVersion)
-// sends both to texts, kept as they came: reading them back always gives
-// the very UID and resourceVersion the pod had.
+// cachedIDs are a cached pod's UID and resourceVersion in 24 bytes and no
+// allocation of their own: the UID as the 16 bytes of the UUID the API
+// server assigns (parsed from its canonical text: 36 characters,
+// lower-case hex), the resourceVersion as the number etcd's revisions are
+// (0 for none). When either is in any other form (a UID that is not a
+// canonical UUID, an opaque resourceVersion) the pod keeps both texts as
+// they came instead (rareFields): reading them back always gives the very
+// UID and resourceVersion the pod had.
 type cachedIDs struct {
 	uuid    [16]byte
 	version uint64
-	texts   *idTexts // nil unless the UID or resourceVersion is not in the compact form
 }
-
-type idTexts struct{ uid, version string }
 
 // uuidEnds are the ends of the five hex groups of a canonical UUID; a dash
 // follows each but the last.
 var uuidEnds = [...]int{8, 13, 18, 23, 36}
 
-func idsOf(uid types.UID, resourceVersion string) cachedIDs {
+// idsOf returns the compact form of uid and resourceVersion, and false when
+// either has none.
+func idsOf(uid types.UID, resourceVersion string) (cachedIDs, bool) {
 	var ids cachedIDs
 	uuidOK := parseUUID(string(uid), &ids.uuid)
 	v, err := strconv.ParseUint(resourceVersion, 10, 64)
@@ -36,10 +36,10 @@ func idsOf(uid types.UID, resourceVersion string) cachedIDs {
 		err = strconv.ErrSyntax
 	}
 	if !uuidOK || err != nil {
-		return cachedIDs{texts: &idTexts{uid: string(uid), version: resourceVersion}}
+		return cachedIDs{}, false
 	}
 	ids.version = v
-	return ids
+	return ids, true
 }
 
 // parseUUID parses s into out when s is a canonical UUID.
@@ -72,9 +72,6 @@ func lowerHex(s string) bool {
 
 // UID returns the UID the ids were made from.
 func (ids cachedIDs) UID() types.UID {
-	if ids.texts != nil {
-		return types.UID(ids.texts.uid)
-	}
 	var out [36]byte
 	from, j := 0, 0
 	for _, end := range uuidEnds {
@@ -90,10 +87,7 @@ func (ids cachedIDs) UID() types.UID {
 
 // ResourceVersion returns the resourceVersion the ids were made from.
 func (ids cachedIDs) ResourceVersion() string {
-	switch {
-	case ids.texts != nil:
-		return ids.texts.version
-	case ids.version == 0:
+	if ids.version == 0 {
 		return ""
 	}
 	return strconv.FormatUint(ids.version, 10)
@@ -115,9 +109,4 @@ func KeyOfUID(uid types.UID) UIDKey {
 	return k
 }
 
-func (ids cachedIDs) key() UIDKey {
-	if ids.texts != nil {
-		return KeyOfUID(types.UID(ids.texts.uid))
-	}
-	return UIDKey{uuid: ids.uuid, isUUID: true}
-}
+func (ids cachedIDs) key() UIDKey { return UIDKey{uuid: ids.uuid, isUUID: true} }

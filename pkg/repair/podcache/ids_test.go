@@ -9,7 +9,8 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
 )
 
-// A cached pod reads back with the very UID and resourceVersion it had,
+// A cached pod reads back with the very UID, resourceVersion and deletion
+// time it had,
 // whatever their form: the compact one for a canonical UUID and a decimal
 // revision, the text as it came for anything else (an upper-case UUID, a
 // UID that is no UUID, an opaque or zero-padded resourceVersion).
@@ -35,15 +36,23 @@ func TestCachedPodKeepsItsUIDAndResourceVersionInEveryForm(t *testing.T) {
 		for _, v := range versions {
 			p := judgetest.Pod(judgetest.WithStatus("complete"), judgetest.SandboxAt(-time.Hour))
 			p.UID, p.ResourceVersion = u.uid, v.rv
+			deleting := v.rv == "123456789" || v.rv == "opaque/42" // the deletion time beside either form
+			if deleting {
+				ts := judgetest.At(-time.Second)
+				p.DeletionTimestamp = &ts
+			}
 			o, _ := cacheDefault(p)
 			c, ok := o.(*cachedPod)
 			if !ok {
 				t.Fatalf("pod with UID %q cached as %T, want its compact form", u.uid, o)
 			}
-			if compact := c.ids.texts == nil; compact != (u.compact && v.compact) {
+			if compact := c.rare == nil || !c.rare.textIDs; compact != (u.compact && v.compact) {
 				t.Errorf("UID %q resourceVersion %q: held compactly %v, want %v", u.uid, v.rv, compact, u.compact && v.compact)
 			}
 			got, _ := PodOf(c)
+			if deleting != (got.DeletionTimestamp != nil) || deleting && !got.DeletionTimestamp.Equal(p.DeletionTimestamp) {
+				t.Errorf("UID %q resourceVersion %q: deletion time %v, want %v", u.uid, v.rv, got.DeletionTimestamp, p.DeletionTimestamp)
+			}
 			meta := c.GetObjectMeta()
 			uid, _ := UIDOf(c)
 			for what, pair := range map[string][2]string{
