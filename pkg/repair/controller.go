@@ -108,6 +108,9 @@ type Controller struct {
 	// verifying: the nodes a verifier reported for at the last
 	// recheckVerifiers (verified.go).
 	verifying map[string]bool
+	// cniLook: the nodes with a look at their CNI pods scheduled
+	// (observeCNI).
+	cniLook map[string]bool
 }
 
 // podState is what the controller remembers about a broken pod, by UID.
@@ -137,9 +140,10 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.BackoffBase, cfg.BackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods", MetricsProvider: m.Workqueue}),
-		synced: []cache.InformerSynced{inf.Pods.HasSynced, inf.Nodes.HasSynced},
-		now:    time.Now,
-		state:  map[types.UID]*podState{},
+		synced:  []cache.InformerSynced{inf.Pods.HasSynced, inf.Nodes.HasSynced},
+		now:     time.Now,
+		state:   map[types.UID]*podState{},
+		cniLook: map[string]bool{},
 	}
 	c.detector.VerifierHeartbeat = c.verifierHeartbeat
 	var cniIndex cache.Indexer
@@ -330,8 +334,33 @@ func (c *Controller) cniPodChanged(obj interface{}) {
 		obj = t.Obj
 	}
 	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+		c.observeCNI(pod.Spec.NodeName)
 		c.enqueueNode(pod.Spec.NodeName)
 	}
+}
+
+// observeCNI lets the gate see node's CNI pods now and, while a not-ready
+// spell there is shorter than the flap bound, once more when it reaches it
+// (one timer per node at a time): a spell that outlasts the bound with no
+// event in it still drops the cni-pod gate's baseline.
+func (c *Controller) observeCNI(node string) {
+	again := c.gate.ObserveCNI(node)
+	if again <= 0 {
+		return
+	}
+	c.mu.Lock()
+	pending := c.cniLook[node]
+	c.cniLook[node] = true
+	c.mu.Unlock()
+	if pending {
+		return
+	}
+	time.AfterFunc(again, func() {
+		c.mu.Lock()
+		delete(c.cniLook, node)
+		c.mu.Unlock()
+		c.observeCNI(node)
+	})
 }
 
 // sync looks at one pod and acts on it when it is broken and every safety

@@ -595,9 +595,11 @@ func TestControllerBreaker(t *testing.T) {
 	if opened != 1 {
 		t.Fatalf("want one RepairCircuitOpen node event, got %d", opened)
 	}
-	// The CNI pod restarts with a fixed configuration: its readiness is
-	// newer than those pods, the breaker closes and they are repaired.
-	s, _ = podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -time.Second))
+	// The CNI pod restarts with a fixed configuration: its container's
+	// start and readiness are newer than those pods (a Ready transition
+	// alone would be a readiness flap, which keeps the baseline), the
+	// breaker closes and they are repaired.
+	s, _ = podcache.CNIPodTransform(judgetest.CNIPod("n1", true, -time.Second, judgetest.RunningSince(-2*time.Second)))
 	if err := h.inf.CNIPods.GetIndexer().Update(s); err != nil {
 		t.Fatal(err)
 	}

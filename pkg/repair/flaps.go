@@ -26,8 +26,8 @@ const flapWindow = 10 * time.Minute
 // price: a node rebooted within flapWindow of repairs there opens it after
 // as many actions, and repairs resume once those leave the window.
 //
-// A readiness flap shorter than the node-readiness flap bound no longer
-// dates the readiness again (nodeready.FlapBound), so the pods such a node
+// A readiness flap shorter than the flap bound no longer dates the
+// readiness again (judge.FlapBound, under either gate), so the pods such a node
 // breaks after its readiness are counted by the breaker instead. But an
 // action removes the pod it counted: pods that break one at a time, each
 // acted on at the per-node pace before the next breaks, would never show

@@ -72,7 +72,7 @@ func flapInstaller(t *testing.T, c *cluster.Cluster, cni *corev1.Pod, node strin
 // and again), the pods of the race are repaired once, the breaker then
 // opens, and the node has had at most the documented number of actions: its
 // first readiness's plus --breaker-min-pods. The flaps, shorter than
-// nodeready.FlapBound, never move the node's cni-ready-since.
+// judge.FlapBound, never move the node's cni-ready-since.
 func TestIntegrationFlappingInstallerOpensTheBreaker(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)

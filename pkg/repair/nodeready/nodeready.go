@@ -11,9 +11,9 @@
 //
 // The annotation is the node's "CNI ready since" (judge.ReadySince): written
 // with the label, kept while the CNI stays ready and over a not-ready spell
-// of a running installer shorter than FlapBound, moved forward when the CNI
+// of a running installer shorter than judge.FlapBound, moved forward when the CNI
 // pod started again later (a node reboot, a new pod), removed with the label
-// or once a spell outlasts FlapBound, so that the gates and the circuit
+// or once a spell outlasts judge.FlapBound, so that the gates and the circuit
 // breaker of every replica, after a restart or a failover, read the same
 // baseline, and a flapping installer readiness does not reset it. Every change is one JSON patch that tests the values it
 // replaces: a concurrent change makes it fail and retry on fresh data
@@ -79,22 +79,6 @@ const (
 // CNI pod will come to lift is kept: labels that select the node for a CNI
 // DaemonSet may be set just after it registers.
 const LiftGrace = 2 * time.Minute
-
-// FlapBound is the longest not-ready spell of a node's installer pod, its
-// container running, over which the node keeps its cni-ready-since: the
-// label goes at once (the gate closes), the annotation only once the spell
-// has lasted FlapBound. The installer's readiness probe runs every 5 s and
-// reports not Ready after 2 failures, so a passing hiccup (a probe timing out
-// on a loaded node, a foreign rewrite of the conflist the installer puts
-// back within milliseconds) ends at the next passing probe, 5 to 15 s into
-// the spell; 30 s is twice that. Longer spells are outages the breaker
-// should not hold against the node: pods made during them are of the race,
-// so they date a new baseline. A restart is not a flap, whatever its length:
-// a node reboot loses every sandbox, so a CNI pod whose container started
-// after the baseline moves it (judge.ReadySince). Kept over short spells, the
-// baseline lets the breaker count the pods a flapping node breaks instead of
-// the race lane taking them at the cluster-wide cap.
-const FlapBound = 30 * time.Second
 
 // Config is what node readiness needs of the controller's settings.
 type Config struct {
@@ -167,7 +151,7 @@ func New(cfg Config, client kubernetes.Interface, nodes, cniPods, daemonSets cac
 		now:       time.Now,
 		dryRun:    map[string]string{},
 		liftGrace: LiftGrace,
-		flapBound: FlapBound,
+		flapBound: judge.FlapBound,
 	}
 	if daemonSets != nil {
 		n.daemonSets = daemonSets.GetIndexer()

@@ -567,7 +567,7 @@ func gateOn(t *testing.T, node *corev1.Node) judge.Gate {
 	return judge.NewGate(judge.GateNodeLabel, corelisters.NewNodeLister(nodes), nil, time.Now(), false)
 }
 
-// A not-ready spell of a running installer shorter than FlapBound keeps the
+// A not-ready spell of a running installer shorter than judge.FlapBound keeps the
 // node's cni-ready-since (the label goes at once: the gate closes); a longer
 // one, seen while it lasts or only once it has outlasted the bound, loses
 // it, so readiness dates a new baseline; a restart of the installer in the
@@ -583,8 +583,8 @@ func TestReadinessFlapsShorterThanTheBoundKeepTheBaseline(t *testing.T) {
 		removals float64 // ready_since_removed changes
 	}{
 		{"a 5 s flap keeps the baseline", []time.Duration{time.Second}, 5 * time.Second, nil, old, 0},
-		{"a flap just under the bound keeps the baseline", []time.Duration{time.Second, FlapBound - time.Second}, FlapBound - time.Second, nil, old, 0},
-		{"a flap longer than the bound moves it", []time.Duration{time.Second, FlapBound}, 45 * time.Second, nil, judgetest.T0.Add(45 * time.Second), 1},
+		{"a flap just under the bound keeps the baseline", []time.Duration{time.Second, judge.FlapBound - time.Second}, judge.FlapBound - time.Second, nil, old, 0},
+		{"a flap longer than the bound moves it", []time.Duration{time.Second, judge.FlapBound}, 45 * time.Second, nil, judgetest.T0.Add(45 * time.Second), 1},
 		{"a long spell first seen after the bound moves it", []time.Duration{40 * time.Second}, 45 * time.Second, nil, judgetest.T0.Add(45 * time.Second), 0},
 		{"a 5 s spell ending in a restart of the installer moves it", []time.Duration{time.Second}, 5 * time.Second, durp(4 * time.Second), judgetest.T0.Add(5 * time.Second), 0},
 	}
