@@ -35,6 +35,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/leave"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/watchcheck"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/uninstallall"
 )
@@ -353,10 +354,10 @@ func runInstaller(ctx context.Context, o *options) error {
 	}
 	cfg.PodAlive = podAlive(client)
 	cfg.PodGone = podGone(client)
-	if ns, pod, ok := install.PodOf(src); ok {
+	if ns, pod, ok := leave.PodOf(src); ok {
 		// The watch outlives SIGTERM: the decision may wait for its events.
-		w := install.WatchForLeaving(context.WithoutCancel(ctx), client, ns, pod)
-		cfg.Decide = w.Decider(install.APIDecider(client, ns, pod))
+		w := leave.StartWatch(context.WithoutCancel(ctx), client, ns, pod)
+		cfg.Decide = w.Decider(leave.APIDecider(client, ns, pod))
 	} else {
 		logger.Info("Not running in a pod (no pod-bound token): on SIGTERM the installation stays in place")
 	}

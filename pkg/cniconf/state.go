@@ -12,7 +12,7 @@ import (
 
 // A node the product has left must never fail pods because of it. The
 // installer leaves by `uninstall` (and, on SIGTERM, when the API says no
-// installer pod will come back to the node: pkg/install/leave.go), which
+// installer pod will come back to the node: pkg/install/leave), which
 // removes the kubeconfig, so the plugin passes pods through
 // (ErrNoKubeconfig). Some ways out leave the chain in place with
 // credentials that stay refused: the installer was stopped without

@@ -8,18 +8,20 @@
 // kubelet choose it), converts a single-network file into a .conflist and
 // moves the old file out of the runtime's way, and appends consul-cni as the
 // last plugin, exactly once. Run repeats the pass whenever the directories
-// change (fsnotify) and periodically; it returns on cancellation leaving
-// everything in place, so a rolling update never opens a window without the
-// plugin. Ready is the DaemonSet's readiness probe. Uninstall removes what
-// the installer added and restores converted files.
+// change (fsnotify) and periodically; on cancellation (SIGTERM) it removes
+// everything only when no installer pod will run on the node again, so a
+// rolling update never opens a window without the plugin. Ready is the
+// DaemonSet's readiness probe. Uninstall removes what the installer added
+// and restores converted files.
 //
 // This package decides and orders; what it works with lives below it:
 // conflist reads and edits network configuration files as the runtime
 // loads them, nodefile writes files no reader sees half written and no
 // other writer's change is lost in, credentials derives the plugin's
-// kubeconfig and decides whose token its token file holds, and watchcheck
+// kubeconfig and decides whose token its token file holds, watchcheck
 // tells the readiness probe whether the run process watches the
-// directories.
+// directories, and leave decides on SIGTERM, from the API and what a watch
+// of it saw, whether another installer pod comes to the node.
 package install
 
 import (
@@ -40,6 +42,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/conflist"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/credentials"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/leave"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/install/nodefile"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/version"
 )
@@ -88,9 +91,9 @@ type Config struct {
 	// installer never overwrites what a newer one installed (owner.go).
 	Version string
 	// Decide, when set, is asked on cancellation whether the node keeps an
-	// installer (leave.go); Run then also keeps the state file's
+	// installer (package leave); Run then also keeps the state file's
 	// heartbeat. Nil: cancellation leaves everything in place.
-	Decide Decider
+	Decide leave.Decider
 }
 
 // Installer keeps consul-cni installed and chained.
@@ -471,7 +474,7 @@ func freeName(path string) string {
 // (debounced) and every Resync. ready, when not nil, receives the outcome of
 // each pass. On cancellation (SIGTERM) it decides with Config.Decide
 // whether the node keeps an installer, and removes everything when it does
-// not (leave.go); without Decide everything stays in place.
+// not (stop.go); without Decide everything stays in place.
 func (in *Installer) Run(ctx context.Context, ready func(PassResult, error)) error {
 	log := klog.FromContext(ctx)
 	for _, d := range []string{in.cfg.BinDir, in.cfg.NetDir} {

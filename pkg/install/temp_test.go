@@ -58,22 +58,7 @@ func TestTemporaryFilesOfKilledWriters(t *testing.T) {
 		t.Errorf("Leftovers %v without %s", left, filepath.Base(fresh))
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	passed := make(chan struct{}, 1)
-	done := make(chan error)
-	go func() {
-		done <- in.Run(ctx, func(PassResult, error) {
-			select {
-			case passed <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	<-passed
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	runAndStop(t, in)
 	for f, removed := range files {
 		if nodefile.Exists(f) == removed {
 			t.Errorf("after start: %s exists %v, want %v", f, nodefile.Exists(f), !removed)

@@ -1,4 +1,4 @@
-package install
+package leave
 
 import (
 	"context"
@@ -20,32 +20,14 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/placement"
 )
 
-// Removing the product deletes the installer's DaemonSet and, right after,
-// its ServiceAccount and RBAC (Helm's uninstall order; a helm upgrade that
-// switches the installer off; kubectl delete -k). The installer's pod gets
-// SIGTERM only once the garbage collector deletes it, by which time the
-// API may refuse the installer's own credentials, and a GET at SIGTERM
-// alone could not tell leaving from an API outage. So the installer
-// watches, from its start, the three objects that decide (its DaemonSet,
-// its namespace, its node), each by name: a watch already open keeps
-// delivering after the rights to open one are gone. On SIGTERM:
-//
-//   - a fresh GET that answers decides, as APIDecider says;
-//   - a GET that does not answer (refused credentials, an unavailable API)
-//     leaves only when the watch saw what leaving means: the DaemonSet
-//     deleted or being deleted, the namespace deleted or being deleted,
-//     or the DaemonSet's latest template not placing a pod on the node's
-//     latest state; an event still on its way gets LeaveWatchGrace;
-//   - nothing seen: the GET's error decides, and everything stays.
-
-// LeaveWatchGrace is how long a decision whose GET did not answer waits
+// WatchGrace is how long a decision whose GET did not answer waits
 // for the watch to deliver an event that may be on its way (the DaemonSet's
 // deletion races the garbage collector's deletion of the pod).
-const LeaveWatchGrace = 2 * time.Second
+const WatchGrace = 2 * time.Second
 
-// LeaveWatch holds what the watch saw of the objects that decide whether
+// Watch holds what the watch saw of the objects that decide whether
 // the node keeps an installer.
-type LeaveWatch struct {
+type Watch struct {
 	namespace, pod string
 
 	mu     sync.Mutex
@@ -57,17 +39,17 @@ type LeaveWatch struct {
 	nsGone bool
 }
 
-// WatchForLeaving starts watching, until ctx ends, the DaemonSet that owns
+// StartWatch starts watching, until ctx ends, the DaemonSet that owns
 // the installer pod namespace/name, the namespace and the pod's node. It
 // reads the pod first (retried until it answers) to learn the DaemonSet's
 // and the node's names.
-func WatchForLeaving(ctx context.Context, c kubernetes.Interface, namespace, name string) *LeaveWatch {
-	w := &LeaveWatch{namespace: namespace, pod: name}
+func StartWatch(ctx context.Context, c kubernetes.Interface, namespace, name string) *Watch {
+	w := &Watch{namespace: namespace, pod: name}
 	go w.run(ctx, c)
 	return w
 }
 
-func (w *LeaveWatch) run(ctx context.Context, c kubernetes.Interface) {
+func (w *Watch) run(ctx context.Context, c kubernetes.Interface) {
 	log := klog.FromContext(ctx).WithValues("pod", w.namespace+"/"+w.pod)
 	var dsName, nodeName string
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -115,7 +97,7 @@ func (w *LeaveWatch) run(ctx context.Context, c kubernetes.Interface) {
 
 // seen records an object's latest state; names are checked again, as a
 // server that ignored the field selector would send others too.
-func (w *LeaveWatch) seen(o any, deleted bool) {
+func (w *Watch) seen(o any, deleted bool) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o, deleted = d.Obj, true
 	}
@@ -139,7 +121,7 @@ func (w *LeaveWatch) seen(o any, deleted bool) {
 
 // Leaving says whether what the watch saw means that no installer pod
 // will run on the node again, and why.
-func (w *LeaveWatch) Leaving() (why string, leaving bool) {
+func (w *Watch) Leaving() (why string, leaving bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	dsName := w.namespace + "/" + w.dsName
@@ -165,8 +147,8 @@ func (w *LeaveWatch) Leaving() (why string, leaving bool) {
 
 // Decider returns a Decider that asks get first and, when get does not
 // answer, leaves if the watch saw the installer leaving (waiting up to
-// LeaveWatchGrace for an event on its way); otherwise get's error stands.
-func (w *LeaveWatch) Decider(get Decider) Decider {
+// WatchGrace for an event on its way); otherwise get's error stands.
+func (w *Watch) Decider(get Decider) Decider {
 	return func(ctx context.Context) (Decision, error) {
 		d, err := get(ctx)
 		if err == nil {
@@ -174,7 +156,7 @@ func (w *LeaveWatch) Decider(get Decider) Decider {
 		}
 		var why string
 		var leaving bool
-		wctx, cancel := context.WithTimeout(ctx, LeaveWatchGrace)
+		wctx, cancel := context.WithTimeout(ctx, WatchGrace)
 		defer cancel()
 		_ = wait.PollUntilContextCancel(wctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 			why, leaving = w.Leaving()

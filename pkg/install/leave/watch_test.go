@@ -1,4 +1,4 @@
-package install
+package leave
 
 import (
 	"context"
@@ -73,22 +73,22 @@ func refuseEverything(c *fake.Clientset) {
 // RBAC before the installer's pod gets SIGTERM: what the watch saw before
 // the credentials went decides then. A GET that answers still wins, and
 // with nothing seen an API that does not answer keeps everything.
-func TestLeaveWatchDecidesWhenTheAPIRefusesAtSIGTERM(t *testing.T) {
+func TestTheWatchDecidesWhenTheAPIRefusesAtSIGTERM(t *testing.T) {
 	bg := context.Background()
 	for _, tc := range []struct {
 		name    string
-		change  func(t *testing.T, c *fake.Clientset, w *LeaveWatch)
+		change  func(t *testing.T, c *fake.Clientset, w *Watch)
 		refuse  bool
 		leaving bool
 		why     string
 	}{
-		{"DaemonSet deleted, then RBAC (helm uninstall --no-hooks, upgrade to repair-only)", func(t *testing.T, c *fake.Clientset, _ *LeaveWatch) {
+		{"DaemonSet deleted, then RBAC (helm uninstall --no-hooks, upgrade to repair-only)", func(t *testing.T, c *fake.Clientset, _ *Watch) {
 			must(t, c.AppsV1().DaemonSets("ccr").Delete(bg, "consul-cni", metav1.DeleteOptions{}))
 		}, true, true, "DaemonSet ccr/consul-cni was deleted (seen by the installer's watch"},
-		{"DaemonSet marked for deletion, then RBAC", func(t *testing.T, c *fake.Clientset, _ *LeaveWatch) {
+		{"DaemonSet marked for deletion, then RBAC", func(t *testing.T, c *fake.Clientset, _ *Watch) {
 			updateDS(t, c, func(ds *appsv1.DaemonSet) { now := metav1.Now(); ds.DeletionTimestamp = &now })
 		}, true, true, "is being deleted"},
-		{"namespace being deleted, its ServiceAccount gone", func(t *testing.T, c *fake.Clientset, _ *LeaveWatch) {
+		{"namespace being deleted, its ServiceAccount gone", func(t *testing.T, c *fake.Clientset, _ *Watch) {
 			ns, err := c.CoreV1().Namespaces().Get(bg, "ccr", metav1.GetOptions{})
 			must(t, err)
 			now := metav1.Now()
@@ -96,21 +96,21 @@ func TestLeaveWatchDecidesWhenTheAPIRefusesAtSIGTERM(t *testing.T) {
 			_, err = c.CoreV1().Namespaces().Update(bg, ns, metav1.UpdateOptions{})
 			must(t, err)
 		}, true, true, "namespace ccr is being deleted"},
-		{"nodeSelector narrowed to exclude the node, then RBAC", func(t *testing.T, c *fake.Clientset, _ *LeaveWatch) {
+		{"nodeSelector narrowed to exclude the node, then RBAC", func(t *testing.T, c *fake.Clientset, _ *Watch) {
 			updateDS(t, c, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector["pool"] = "b" })
 		}, true, true, "does not select node n1"},
-		{"node relabelled as Windows, then RBAC", func(t *testing.T, c *fake.Clientset, _ *LeaveWatch) {
+		{"node relabelled as Windows, then RBAC", func(t *testing.T, c *fake.Clientset, _ *Watch) {
 			n, err := c.CoreV1().Nodes().Get(bg, "n1", metav1.GetOptions{})
 			must(t, err)
 			n.Labels["kubernetes.io/os"] = "windows"
 			_, err = c.CoreV1().Nodes().Update(bg, n, metav1.UpdateOptions{})
 			must(t, err)
 		}, true, true, "does not select node n1"},
-		{"nothing seen and the API refuses: everything stays", func(*testing.T, *fake.Clientset, *LeaveWatch) {}, true, false, ""},
-		{"the template changed but still places a pod (rolling update), API refuses", func(t *testing.T, c *fake.Clientset, _ *LeaveWatch) {
+		{"nothing seen and the API refuses: everything stays", func(*testing.T, *fake.Clientset, *Watch) {}, true, false, ""},
+		{"the template changed but still places a pod (rolling update), API refuses", func(t *testing.T, c *fake.Clientset, _ *Watch) {
 			updateDS(t, c, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Labels = map[string]string{"rev": "2"} })
 		}, true, false, ""},
-		{"a fresh GET that answers wins over the watch", func(t *testing.T, c *fake.Clientset, w *LeaveWatch) {
+		{"a fresh GET that answers wins over the watch", func(t *testing.T, c *fake.Clientset, w *Watch) {
 			updateDS(t, c, func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector["pool"] = "b" })
 			// Seen excluded; the GET then reads it targeting the node again.
 			for _, leaving := w.Leaving(); !leaving; _, leaving = w.Leaving() {
@@ -123,10 +123,10 @@ func TestLeaveWatchDecidesWhenTheAPIRefusesAtSIGTERM(t *testing.T) {
 			ctx, cancel := context.WithCancel(bg)
 			defer cancel()
 			c, opened := watchedWorld(t)
-			w := WatchForLeaving(ctx, c, "ccr", "consul-cni-x")
+			w := StartWatch(ctx, c, "ccr", "consul-cni-x")
 			opened()
 			tc.change(t, c, w)
-			// The decision waits LeaveWatchGrace for an event on its way; a
+			// The decision waits WatchGrace for an event on its way; a
 			// loaded machine may take longer to deliver it, which is not
 			// what this test is about.
 			for deadline := time.Now().Add(10 * time.Second); tc.leaving && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -141,7 +141,7 @@ func TestLeaveWatchDecidesWhenTheAPIRefusesAtSIGTERM(t *testing.T) {
 			switch {
 			case tc.leaving && (err != nil || !d.Leaving || !strings.Contains(d.Why, tc.why)):
 				t.Fatalf("decision %+v, err %v; want leaving because %q", d, err, tc.why)
-			case !tc.leaving && tc.refuse && (err == nil || !ownCredentialsRefused(err)):
+			case !tc.leaving && tc.refuse && (err == nil || !CredentialsRefused(err)):
 				t.Fatalf("decision %+v, err %v; want the refusal kept (everything stays)", d, err)
 			case !tc.leaving && !tc.refuse && (err != nil || d.Leaving || !strings.Contains(d.Why, tc.why)):
 				t.Fatalf("decision %+v, err %v; want staying because %q", d, err, tc.why)
