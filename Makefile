@@ -67,7 +67,7 @@ CNI_PLUGINS := \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration \
+.PHONY: all version toolchain build images tools release release-chart deps kube-bins node-bins kubectl cni-bins test test-tiers test-unit test-privileged test-corpus test-integration test-integration-main \
 	doctor host-packages podman hoststate \
 	test-manifests test-manifests-integration test-images test-monitoring promtool dashboard docs chart-docs publish registry-bin lint fmt bench bench-cni bench-startup bench-repair bench-audit bench-verify fuzz cluster demo \
 	clean clean-testbin helm help
@@ -213,11 +213,17 @@ test-corpus: deps
 	CCR_CORPUS_N=$(CORPUS_N) $(GOTEST) $(TEST_FLAGS) -count=1 -tags privileged -timeout 30m -v -run 'Corpus|Oracle' \
 		./tests/suites/sdkcorpus -args -corpus.seed=$(CORPUS_SEED)
 
-## test-integration: the integration and end-to-end tier (-tags integration, -p 1: one control plane per package),
-## then test-manifests-integration
-test-integration: deps kube-bins node-bins
+## test-integration: the integration and end-to-end tier in two lanes at once, test-integration-main and
+## test-manifests-integration, each printed whole when it ends (both run to the end; either failing fails the tier).
+## The harness gives every control plane, node and registry its own addresses, names and directories, so the lanes
+## share nothing but the machine
+test-integration: deps kube-bins node-bins helm registry-bin
+	$(MAKE) -k -j2 --output-sync=target --no-print-directory test-integration-main test-manifests-integration
+
+## test-integration-main: the main module's integration and end-to-end packages (-tags integration, -p 1: one
+## control plane per package)
+test-integration-main: deps kube-bins node-bins
 	$(GOTEST) $(TEST_FLAGS) -count=1 -tags integration -timeout 45m -p 1 $(call tagged_pkgs,integration)
-	$(MAKE) test-manifests-integration
 
 ## test-manifests: kustomize builds, RBAC, dashboard PromQL and alert rules (separate module tests/suites/manifests)
 test-manifests: toolchain
