@@ -444,7 +444,10 @@ func (r *runner) waitChained(ctx context.Context) error {
 }
 
 // observe watches the traffic for at least Observe after cniAt and, when
-// expectMeshed, until every pod has been meshed for Settle (or Timeout).
+// expectMeshed, until every pod has been meshed for Settle, and until the
+// no-repair run's control pod has answered (or Timeout): on a slow node the
+// control pod may start after Observe, and a verdict on it before it
+// answered would say nothing.
 func (r *runner) observe(ctx context.Context, expectMeshed bool) (*Result, error) {
 	r.setPhase("observing traffic")
 	for {
@@ -452,7 +455,8 @@ func (r *runner) observe(ctx context.Context, expectMeshed bool) (*Result, error
 		now := time.Now()
 		allMeshed, at := r.allMeshed(live)
 		since := now.Sub(r.cniAt)
-		done := since >= r.cfg.Observe && (!expectMeshed || (allMeshed && now.Sub(at) >= r.cfg.Settle))
+		done := since >= r.cfg.Observe && (!expectMeshed || (allMeshed && now.Sub(at) >= r.cfg.Settle)) &&
+			r.controlAnswered()
 		if done || since >= r.cfg.Observe+r.cfg.Timeout {
 			res := r.result(ctx, live, now)
 			r.setPhase("done")
@@ -462,6 +466,16 @@ func (r *runner) observe(ctx context.Context, expectMeshed bool) (*Result, error
 			return nil, err
 		}
 	}
+}
+
+// controlAnswered reports whether the control pod answered a probe, meshed
+// or not (true for the runs without one).
+func (r *runner) controlAnswered() bool {
+	if r.cfg.Mode != NoRepair {
+		return true
+	}
+	c := r.tr.control
+	return c != nil && c.Meshed+c.Bypass > 0
 }
 
 func (r *runner) setPhase(p string) {
