@@ -10,10 +10,10 @@ import (
 )
 
 // A cached pod reads back with the very UID, resourceVersion and deletion
-// time it had,
-// whatever their form: the compact one for a canonical UUID and a decimal
-// revision, the text as it came for anything else (an upper-case UUID, a
-// UID that is no UUID, an opaque or zero-padded resourceVersion).
+// time it had, whatever their form: the compact one for a canonical UUID
+// and a decimal revision, the text as it came for anything else (an
+// upper-case UUID, a UID that is no UUID, an opaque or zero-padded
+// resourceVersion).
 func TestCachedPodKeepsItsUIDAndResourceVersionInEveryForm(t *testing.T) {
 	uids := []struct {
 		uid     types.UID
