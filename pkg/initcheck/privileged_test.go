@@ -15,6 +15,7 @@ import (
 
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/annotations"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/cniconf"
+	"github.com/consul-cni-repair/consul-cni-repair/pkg/initcheck"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/iptables"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/redirect/nftables"
 	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/testbin"
@@ -167,6 +168,37 @@ func TestProbeRealNetns(t *testing.T) {
 			t.Errorf("termination message %q", msg)
 		}
 	})
+
+	// A rule in the pod dropping the probe ahead of the redirect (an egress
+	// policy, raw table) leaves nothing to judge: no packet leaves the
+	// namespace, whether the redirect is there or not, so the check says so
+	// (exit 1), never the race's code. Without that rule the same missing
+	// redirect sends the SYN out of d0 (the row above: exit 88).
+	for i, redirected := range []bool{true, false} {
+		name := "a rule dropping the probe ahead of the redirect: could not judge, redirect in place"
+		if !redirected {
+			name = "a rule dropping the probe ahead of the redirect: could not judge, no redirect either"
+		}
+		t.Run(name, func(t *testing.T) {
+			ns := podNetns(t, r, fmt.Sprintf("chk-drop%d", i), 12+i)
+			// The fresh veths' IPv6 solicitations would count as sent:
+			// the namespace is older than its interfaces in a pod.
+			ns.Run(t, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
+			if redirected {
+				restore(t, ns, consulOutputRules(5995, 15001, 5996))
+			}
+			ns.Run(t, "iptables", "-t", "raw", "-A", "OUTPUT", "-p", "tcp", "-d", target.Addr().String(),
+				"--dport", fmt.Sprint(target.Port()), "-j", "DROP")
+			ann, tl := podFiles(t, "complete")
+			code, msg := runCheck(t, ns, probeUID, target, ann, tl)
+			if code != initcheck.ExitConfig {
+				t.Fatalf("exit %d, want %d (could not judge), never the race's %d", code, initcheck.ExitConfig, annotations.InitCheckExitCode)
+			}
+			if !strings.Contains(msg, "no packet left the pod's network namespace") {
+				t.Errorf("termination message %q does not name the cause", msg)
+			}
+		})
+	}
 
 	t.Run("rules that exempt the probe's UID", func(t *testing.T) {
 		// The annotation does not know about this exemption, so the check

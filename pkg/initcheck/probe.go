@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -34,7 +37,8 @@ func notRedirected(format string, a ...any) error {
 // connection arrived at that listener with target as its original
 // destination (SO_ORIGINAL_DST) and carries the bytes sent. A
 // *NotRedirectedError means the traffic is not redirected; any other error
-// means the probe could not run.
+// means the probe could not run or could not judge (a connection that timed
+// out with nothing sent out of the pod: SentPackets).
 func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, timeout time.Duration) error {
 	network, lo := "tcp4", netip.MustParseAddr("127.0.0.1")
 	if target.Addr().Is6() && !target.Addr().Is4In6() {
@@ -48,11 +52,17 @@ func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, time
 	defer ln.Close()
 	tl := ln.(*net.TCPListener)
 
+	sent, counted := SentPackets(procNetDev)
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.DialContext(ctx, "tcp", target.String())
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		var ne net.Error
+		if after, ok := SentPackets(procNetDev); errors.As(err, &ne) && ne.Timeout() && counted && ok && after == sent {
+			return fmt.Errorf("connection to %s timed out (%v) and no packet left the pod's network namespace (%d sent on its interfaces before and after): "+
+				"a rule in the pod drops it before the redirect could take it, so whether the redirect is in place cannot be told", target, err, sent)
 		}
 		return notRedirected("connection to %s was not redirected to the outbound port %d: %v", target, outboundPort, err)
 	}
@@ -96,6 +106,57 @@ func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, time
 		}
 		return nil
 	}
+}
+
+// procNetDev lists the interfaces of the reading process's network
+// namespace with their counters, readable without privileges.
+const procNetDev = "/proc/net/dev"
+
+// SentPackets sums, over the interfaces of the network namespace in path's
+// format (/proc/net/dev), except the loopback, the packets each sent or
+// failed to send (transmit packets, errors and drops): everything routed out
+// of the namespace. ok is false when path cannot be read or parsed.
+//
+// The probe reads it around a connection that timed out: a connection that
+// is not redirected is routed out of an interface (its SYN, or the ARP or
+// neighbour solicitation that precedes it, is counted there) to the
+// non-local probe address, while one a rule in the pod drops ahead of the
+// redirect sends nothing. Other traffic of the pod only adds to the count,
+// so an unchanged sum proves that nothing of the probe left, and a changed
+// one proves nothing. A refused connection is not judged this way: a local
+// address refuses without sending anything either.
+func SentPackets(path string) (sum uint64, ok bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(data), "\n")
+	if len(lines) < 2 {
+		return 0, false
+	}
+	for _, line := range lines[2:] {
+		name, counters, found := strings.Cut(line, ":")
+		if !found {
+			continue
+		}
+		if strings.TrimSpace(name) == "lo" {
+			continue
+		}
+		f := strings.Fields(counters)
+		if len(f) < 12 {
+			return 0, false
+		}
+		// Receive: bytes packets errs drop fifo frame compressed
+		// multicast; transmit: bytes packets errs drop ...
+		for _, v := range f[9:12] {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			sum += n
+		}
+	}
+	return sum, true
 }
 
 // OriginalDst returns the destination a redirected connection was sent to,

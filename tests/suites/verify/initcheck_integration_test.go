@@ -85,7 +85,7 @@ func (n *node) checkFailure(t *testing.T, ns, app string) (*corev1.Pod, *corev1.
 //   - probe blocked by policy: a rule in the pod's netns drops the probe's
 //     connection before the redirect can see it (raw table, OUTPUT),
 //     inserted while consul-k8s's connect-init stand-in runs, before the
-//     check;
+//     check, which sees no packet leave the pod and says it cannot judge;
 //   - DNS: the pod's only nameserver answers nothing.
 //
 // Each pod is meshed (a real connection from its netns reaches its proxy);
@@ -124,15 +124,15 @@ func checkFailsForAnotherReason(t *testing.T, withVerifier bool) {
 	var pods []corev1.Pod
 	for _, c := range []struct{ app, want string }{
 		{"port", "cannot listen on the outbound port"},
-		{"policy", "not redirected"},
+		{"policy", "no packet left the pod's network namespace"},
 	} {
 		p, term := n.checkFailure(t, ns, c.app)
 		t.Logf("%s: the check exited %d: %s", c.app, term.ExitCode, strings.TrimSpace(term.Message))
 		if !strings.Contains(term.Message, c.want) {
 			t.Errorf("%s: the check's termination message %q does not say %q", c.app, term.Message, c.want)
 		}
-		if c.app == "port" && term.ExitCode != initcheck.ExitConfig {
-			t.Errorf("port in use: the check exited %d, want %d (could not judge), never the race's %d", term.ExitCode, initcheck.ExitConfig, annotations.InitCheckExitCode)
+		if term.ExitCode != initcheck.ExitConfig {
+			t.Errorf("%s: the check exited %d, want %d (could not judge), never the race's %d", c.app, term.ExitCode, initcheck.ExitConfig, annotations.InitCheckExitCode)
 		}
 		if c.app == "policy" && !term.StartedAt.After(ruled) {
 			t.Fatalf("policy: the check started at %s, before the drop rule (%s): the run shows nothing", term.StartedAt, ruled)
