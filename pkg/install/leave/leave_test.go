@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -129,7 +128,7 @@ func TestAPIDeciderErrors(t *testing.T) {
 			if a.GetResource().Resource != "daemonsets" {
 				return false, nil, nil
 			}
-			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "consul-cni", errors.New("RBAC"))
+			return true, nil, apierrors.NewForbidden(appsv1.Resource("daemonsets"), "consul-cni", errors.New("RBAC"))
 		}, true},
 		{"API unavailable", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			if a.GetResource().Resource != "nodes" {

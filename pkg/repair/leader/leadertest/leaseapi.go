@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -37,7 +36,7 @@ type LeaseAPI struct {
 // NewLeaseAPI returns a LeaseAPI with no Lease yet.
 func NewLeaseAPI() *LeaseAPI {
 	a := &LeaseAPI{Clientset: fake.NewClientset()}
-	gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	gr := coordinationv1.Resource("leases")
 	a.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if a.Down.Load() {
 			return true, nil, apierrors.NewServiceUnavailable("apiserver down")
