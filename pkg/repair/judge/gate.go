@@ -262,7 +262,7 @@ func (g *cniPodGate) observe(node string) (since time.Time, open bool, again tim
 		g.since[node] = since
 		return since, true, 0
 	}
-	start, running := notReadySpell(g.pods, node)
+	start, running := NotReadySpell(g.pods, node)
 	if !running {
 		g.since[node] = time.Time{}
 		return time.Time{}, false, 0
@@ -277,11 +277,13 @@ func (g *cniPodGate) observe(node string) (since time.Time, open bool, again tim
 	return time.Time{}, false, 0
 }
 
-// notReadySpell finds a running installer on node that is not Ready (a CNI
+// NotReadySpell finds a running installer on node that is not Ready (a CNI
 // pod neither terminating nor uninstalling, running, its Ready condition not
-// True) and returns when its spell began, the Ready condition's transition
-// (zero: not known). running is false when there is none.
-func notReadySpell(pods cache.Indexer, node string) (start time.Time, running bool) {
+// True) in pods (indexed with PodNodeIndexers) and returns when its spell
+// began, the Ready condition's transition (zero: not known). running is
+// false when there is none. The cni-pod gate and node readiness both measure
+// a spell against FlapBound with it.
+func NotReadySpell(pods cache.Indexer, node string) (start time.Time, running bool) {
 	objs, err := pods.ByIndex(IndexByNode, node)
 	if err != nil {
 		return time.Time{}, false

@@ -424,27 +424,16 @@ func (n *Controller) readyOps(node *corev1.Node, cniPod *corev1.Pod) ([]jsonOp, 
 // spell). The node is then queued again for when the bound is reached: a
 // spell that outlasts it loses the annotation.
 func (n *Controller) shortSpell(name string) bool {
-	objs, err := n.cniPods.ByIndex(judge.IndexByNode, name)
-	if err != nil {
+	start, running := judge.NotReadySpell(n.cniPods, name)
+	if !running || start.IsZero() {
 		return false
 	}
-	for _, o := range objs {
-		pod, ok := o.(*corev1.Pod)
-		if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning ||
-			pod.Labels[annotations.LabelInstallerMode] == annotations.InstallerModeUninstall {
-			continue
-		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type != corev1.PodReady || c.Status == corev1.ConditionTrue || c.LastTransitionTime.IsZero() {
-				continue
-			}
-			if spell := n.now().Sub(c.LastTransitionTime.Time); spell < n.flapBound {
-				n.queue.AddAfter(name, min(n.flapBound-spell, n.flapBound))
-				return true
-			}
-		}
+	spell := n.now().Sub(start)
+	if spell >= n.flapBound {
+		return false
 	}
-	return false
+	n.queue.AddAfter(name, min(n.flapBound-spell, n.flapBound))
+	return true
 }
 
 // notReadyOps: remove the label and, unless keepSince (a not-ready spell
