@@ -232,9 +232,7 @@ func TestIntegrationSandboxRecreatedEvicted(t *testing.T) {
 	}
 	p = markRecreated(t, c.Client, p)
 	replaced(t, c.Client, ns, "rebooted", p.UID, 1)
-	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); n != 1 {
-		t.Fatalf("repaired{reason=sandbox_recreated} = %v", n)
-	}
+	repairsCounted(t, r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false", 1)
 }
 
 // writeStatusAsConsulK8s writes the status annotation the way consul-k8s's
@@ -289,9 +287,7 @@ func TestIntegrationSandboxRecreatedWithoutAppliedAt(t *testing.T) {
 
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) { m.SandboxSlack = slack })
 	replaced(t, c.Client, ns, "consulk8s", p.UID, 2)
-	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false"); n != 1 {
-		t.Fatalf("repaired{reason=sandbox_recreated} = %v", n)
-	}
+	repairsCounted(t, r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonSandboxRecreated, "false", 1)
 	got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), fresh, metav1.GetOptions{})
 	if err != nil || got.UID != f.UID || got.DeletionTimestamp != nil {
 		t.Fatalf("pod %s, its sandbox ready right after the status was written, was acted on: %v", fresh, err)

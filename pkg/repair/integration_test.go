@@ -4,6 +4,7 @@ package repair_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,6 +72,21 @@ func repairedTotal(m *repair.Manager, ns, action, result string, reason judge.Re
 	return m.Metrics.Outcome(ns, action, result, reason, dry)
 }
 
+// repairsCounted fails unless the outcome's count comes to want and no
+// further. A worker counts an action after its API call returns, so a test
+// that has seen the effect (the pod replaced, the Event written) waits for
+// the count instead of reading it once.
+func repairsCounted(t *testing.T, m *repair.Manager, ns, action, result string, reason judge.Reason, dry string, want float64) {
+	t.Helper()
+	what := fmt.Sprintf("pod_repairs_total{namespace=%s,action=%s,result=%s,reason=%s,dry_run=%s} = %v", ns, action, result, reason, dry, want)
+	poll.Eventually(t, waitTimeout, what, func() (bool, error) {
+		return repairedTotal(m, ns, action, result, reason, dry) >= want, nil
+	})
+	if n := repairedTotal(m, ns, action, result, reason, dry); n != want {
+		t.Fatalf("%s: got %v", what, n)
+	}
+}
+
 // Broken pods of a ReplicaSet are evicted (as the controller's
 // ServiceAccount, with the manifests' RBAC) and recreated by
 // kube-controller-manager; the healthy pod is untouched.
@@ -101,9 +117,7 @@ func TestIntegrationEvictsAndReplicaSetRecreates(t *testing.T) {
 	if err != nil || got.UID != healthy.UID || got.DeletionTimestamp != nil {
 		t.Fatalf("healthy pod touched: %v %+v", err, got.ObjectMeta)
 	}
-	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 2 {
-		t.Fatalf("pod_repairs_total = %v, want 2", n)
-	}
+	repairsCounted(t, r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false", 2)
 	// The replacements (not broken yet: no sandbox) are left alone.
 	time.Sleep(2 * time.Second)
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 2 {
@@ -160,9 +174,7 @@ func TestIntegrationPDBBlocksUntilAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	replaced(t, c.Client, ns, "db", pods[0].UID, 2)
-	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonTProxyStatusStuck, "false"); n != 1 {
-		t.Fatalf("success = %v", n)
-	}
+	repairsCounted(t, r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonTProxyStatusStuck, "false", 1)
 	if p, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), pods[1].Name, metav1.GetOptions{}); err != nil || p.UID != pods[1].UID {
 		t.Fatalf("meshed pod touched: %v", err)
 	}
@@ -284,9 +296,7 @@ func TestIntegrationDryRunMutatesNothing(t *testing.T) {
 			t.Fatal("dry run reported a real action")
 		}
 	}
-	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "true"); n != 2 {
-		t.Fatalf("dry_run_pod_repairs_total = %v", n)
-	}
+	repairsCounted(t, r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "true", 2)
 	if n := repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false"); n != 0 {
 		t.Fatalf("real count = %v", n)
 	}
