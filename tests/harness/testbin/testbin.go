@@ -147,11 +147,13 @@ func Project(tb TB, name string) string {
 }
 
 // ProjectVersion returns cmd/<name> built with version.Version stamped as
-// v (as the Makefile's LDFLAGS do), as <Dir()>/<name>-<v>; tests of two
-// versions side by side use it.
+// v (as the Makefile's LDFLAGS do), as <Dir()>/<v>/<name>; tests of two
+// versions side by side use it. The file keeps the command's own name, as
+// in an image: what finds the command's processes by name (the installer's
+// readiness probe) finds these too.
 func ProjectVersion(tb TB, name, v string) string {
 	tb.Helper()
-	return build(tb, name+"-"+v, "./cmd/"+name, "-X", "github.com/consul-cni-repair/consul-cni-repair/pkg/version.Version="+v)
+	return build(tb, filepath.Join(v, name), "./cmd/"+name, "-X", "github.com/consul-cni-repair/consul-cni-repair/pkg/version.Version="+v)
 }
 
 // Package builds any main package of the module (a path relative to the
@@ -210,6 +212,9 @@ func buildIn(tb TB, name, dir, pkg string, env []string, ldflags ...string) stri
 		if err := checkOwnDir(binDir); err != nil {
 			tb.Fatalf("testbin: %v", err)
 		}
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		tb.Fatalf("testbin: %v", err)
 	}
 	// Build beside the target and rename, so concurrent test processes
 	// never see a half-written executable.

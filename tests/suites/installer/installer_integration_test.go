@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -161,13 +162,31 @@ func (n node) start(t *testing.T, c *cluster.Cluster, ip *installerPod, extra ..
 
 func (n node) ready(t *testing.T) error {
 	t.Helper()
+	_, err := n.probe()
+	return err
+}
+
+// watching is ready, and also fails when the probe did not check the
+// directory watch because it saw no installer run process: a test whose
+// installer runs asks for the whole check, not the files alone.
+func (n node) watching(t *testing.T) error {
+	t.Helper()
+	out, err := n.probe()
+	if err == nil && !strings.Contains(out, "the installer watches its directories") {
+		return fmt.Errorf("the probe did not check the directory watch: %s", out)
+	}
+	return err
+}
+
+// probe runs `consul-cni-installer ready` and returns what it printed.
+func (n node) probe() (string, error) {
 	var out bytes.Buffer
 	cmd := exec.Command(n.installer, n.args("ready")...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%v: %s", err, out.String())
+		return out.String(), fmt.Errorf("%v: %s", err, out.String())
 	}
-	return nil
+	return out.String(), nil
 }
 
 // whoAmI authenticates with the plugin's kubeconfig, exactly as the plugin

@@ -67,8 +67,8 @@ func (wc *writeCounter) counts() (binary, chain int) {
 	return wc.binary, wc.chain
 }
 
-// readinessSampler runs each node view's `ready` every 100 ms and counts
-// the failures.
+// readinessSampler runs each node view's `ready` every 100 ms (the whole
+// check: chain and directory watch) and counts the failures.
 type readinessSampler struct {
 	mu       sync.Mutex
 	samples  map[string]int
@@ -91,7 +91,7 @@ func sampleReadiness(t *testing.T, views map[string]node) *readinessSampler {
 					return
 				case <-tick.C:
 				}
-				err := v.ready(t)
+				err := v.watching(t)
 				s.mu.Lock()
 				s.samples[name]++
 				if err != nil {
@@ -172,13 +172,13 @@ func testOverlap(t *testing.T, c *cluster.Cluster, oc overlapCase) {
 
 	a := newInstallerPod(t, c, ns, "consul-cni-old", t.TempDir())
 	pa := older.start(t, c, a, oc.oldArgs...)
-	poll.Eventually(t, 2*time.Minute, "older installer ready", func() error { return older.ready(t) })
+	poll.Eventually(t, 2*time.Minute, "older installer ready", func() error { return older.watching(t) })
 
 	wc := countWrites(t, n, conflist)
 	olderOnly := sampleReadiness(t, map[string]node{"older": older})
 	b := newInstallerPod(t, c, ns, "consul-cni-new", t.TempDir())
 	newer.start(t, c, b, oc.newArgs...)
-	poll.Eventually(t, 2*time.Minute, "newer installer ready", func() error { return newer.ready(t) })
+	poll.Eventually(t, 2*time.Minute, "newer installer ready", func() error { return newer.watching(t) })
 	olderOnly.finish()
 	both := sampleReadiness(t, map[string]node{"older": older, "newer": newer})
 	// Overlap: several resync (2 s) and recheck passes of both.
@@ -202,7 +202,7 @@ func testOverlap(t *testing.T, c *cluster.Cluster, oc overlapCase) {
 	for name, f := range both.failures {
 		t.Errorf("%s installer not ready during the overlap (%d of %d samples), first: %s", name, len(f), both.samples[name], f[0])
 	}
-	if err := newer.ready(t); err != nil {
+	if err := newer.watching(t); err != nil {
 		t.Errorf("newer installer not ready after the older one stopped: %v", err)
 	}
 	got, err := os.ReadFile(filepath.Join(n.bin, cniconf.PluginType))
