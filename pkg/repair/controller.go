@@ -108,9 +108,9 @@ type Controller struct {
 	// verifying: the nodes a verifier reported for at the last
 	// recheckVerifiers (verified.go).
 	verifying map[string]bool
-	// cniLook: the nodes with a look at their CNI pods scheduled
-	// (observeCNI).
-	cniLook map[string]bool
+	// cniLook: the looks at nodes' CNI pods observeCNI scheduled, by
+	// node; nil once the controller has stopped (stopLooks).
+	cniLook map[string]*time.Timer
 }
 
 // podState is what the controller remembers about a broken pod, by UID.
@@ -143,7 +143,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 		synced:  []cache.InformerSynced{inf.Pods.HasSynced, inf.Nodes.HasSynced},
 		now:     time.Now,
 		state:   map[types.UID]*podState{},
-		cniLook: map[string]bool{},
+		cniLook: map[string]*time.Timer{},
 	}
 	c.detector.VerifierHeartbeat = c.verifierHeartbeat
 	var cniIndex cache.Indexer
@@ -204,6 +204,7 @@ func newController(cfg Config, client kubernetes.Interface, inf *Informers, reco
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.queue.ShutDown()
+	defer c.stopLooks()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting repair controller", "action", c.cfg.Action, "dryRun", c.cfg.DryRun, "gate", c.cfg.Gate, "workers", c.cfg.Workers)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
@@ -344,23 +345,39 @@ func (c *Controller) cniPodChanged(obj interface{}) {
 // (one timer per node at a time): a spell that outlasts the bound with no
 // event in it still drops the cni-pod gate's baseline.
 func (c *Controller) observeCNI(node string) {
-	again := c.gate.ObserveCNI(node)
-	if again <= 0 {
-		return
-	}
+	c.scheduleLook(node, c.gate.ObserveCNI(node), false)
+}
+
+// scheduleLook schedules a look at node's CNI pods in again (none when it
+// is 0) unless one is scheduled already or the controller has stopped.
+// fired says the scheduled look is the caller: it has looked, and its
+// place is free.
+func (c *Controller) scheduleLook(node string, again time.Duration, fired bool) {
 	c.mu.Lock()
-	pending := c.cniLook[node]
-	c.cniLook[node] = true
-	c.mu.Unlock()
-	if pending {
+	defer c.mu.Unlock()
+	if c.cniLook == nil {
 		return
 	}
-	time.AfterFunc(again, func() {
-		c.mu.Lock()
+	if fired {
 		delete(c.cniLook, node)
-		c.mu.Unlock()
-		c.observeCNI(node)
+	}
+	if again <= 0 || c.cniLook[node] != nil {
+		return
+	}
+	c.cniLook[node] = time.AfterFunc(again, func() {
+		c.scheduleLook(node, c.gate.ObserveCNI(node), true)
 	})
+}
+
+// stopLooks cancels the looks observeCNI scheduled, and it schedules no
+// more: a stopped controller leaves nothing running behind it.
+func (c *Controller) stopLooks() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.cniLook {
+		t.Stop()
+	}
+	c.cniLook = nil
 }
 
 // sync looks at one pod and acts on it when it is broken and every safety

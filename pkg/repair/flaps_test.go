@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/judge/judgetest"
 	"github.com/consul-cni-repair/consul-cni-repair/pkg/repair/podcache"
+	"github.com/consul-cni-repair/consul-cni-repair/tests/harness/poll"
 )
 
 // A misconfigured node whose installer readiness flaps dates its CNI
@@ -166,6 +168,62 @@ func TestPodsBreakingOneAtATimeOpenTheBreaker(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(h.metrics.BreakerOpenNodes); got != 1 {
 				t.Fatalf("open nodes gauge = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// Under the cni-pod gate, a not-ready spell of the installer that outlasts
+// judge.FlapBound with no CNI pod event in it still drops the node's
+// baseline: the controller looks again when the gate says the spell reaches
+// the bound. A controller that has stopped cancels that look.
+func TestCNIPodGateLooksAgainWhenASpellReachesTheBound(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		name := map[bool]string{false: "a running controller looks and the baseline is dropped", true: "a stopped controller does not look"}[stop]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Gate = judge.GateCNIPod })
+			// The gate measures spells on the wall clock: pod times are
+			// set relative to now.
+			at := func(off time.Duration) time.Duration { return time.Since(judgetest.T0) + off }
+			started := judgetest.RunningSince(at(-time.Hour - time.Minute))
+			cni := func(ready bool, since time.Duration) *corev1.Pod {
+				p := judgetest.CNIPod("n1", ready, since, started)
+				s, _ := podcache.CNIPodTransform(p)
+				if err := h.inf.CNIPods.GetIndexer().Update(s); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			h.c.cniPodChanged(cni(true, at(-time.Hour)))
+			open, baseline := h.c.gate.Open("n1")
+			if !open {
+				t.Fatal("precondition: the gate is closed with the installer Ready")
+			}
+			lead := 300 * time.Millisecond
+			h.c.cniPodChanged(cni(false, at(-judge.FlapBound+lead)))
+			if stop {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				if err := h.c.Run(ctx); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(lead + time.Second)
+			} else {
+				poll.Eventually(t, 10*time.Second, "the look at the bound", func() (bool, error) {
+					h.c.mu.Lock()
+					defer h.c.mu.Unlock()
+					return h.c.cniLook["n1"] == nil, nil
+				})
+			}
+			// Ready again, and no event of it reached the controller.
+			back := cni(true, at(0))
+			_, since := h.c.gate.Open("n1")
+			want := baseline
+			if !stop {
+				want = back.Status.Conditions[0].LastTransitionTime.Time
+			}
+			if !since.Equal(want) {
+				t.Fatalf("ready since %s, want %s (baseline %s)", since.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano), baseline.Format(time.RFC3339Nano))
 			}
 		})
 	}
