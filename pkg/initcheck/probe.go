@@ -38,7 +38,7 @@ func notRedirected(format string, a ...any) error {
 // destination (SO_ORIGINAL_DST) and carries the bytes sent. A
 // *NotRedirectedError means the traffic is not redirected; any other error
 // means the probe could not run or could not judge (a connection that timed
-// out with nothing sent out of the pod: SentPackets).
+// out with nothing sent out of the pod: sentPackets).
 func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, timeout time.Duration) error {
 	network, lo := "tcp4", netip.MustParseAddr("127.0.0.1")
 	if target.Addr().Is6() && !target.Addr().Is4In6() {
@@ -52,7 +52,7 @@ func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, time
 	defer ln.Close()
 	tl := ln.(*net.TCPListener)
 
-	sent, counted := SentPackets(procNetDev)
+	sent, counted := sentPackets(procNetDev)
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.DialContext(ctx, "tcp", target.String())
 	if err != nil {
@@ -60,7 +60,7 @@ func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, time
 			return ctx.Err()
 		}
 		var ne net.Error
-		if after, ok := SentPackets(procNetDev); errors.As(err, &ne) && ne.Timeout() && counted && ok && after == sent {
+		if after, ok := sentPackets(procNetDev); errors.As(err, &ne) && ne.Timeout() && counted && ok && after == sent {
 			return fmt.Errorf("connection to %s timed out (%v) and no packet left the pod's network namespace (%d sent on its interfaces before and after): "+
 				"a rule in the pod drops it before the redirect could take it, so whether the redirect is in place cannot be told", target, err, sent)
 		}
@@ -112,7 +112,7 @@ func Probe(ctx context.Context, outboundPort uint16, target netip.AddrPort, time
 // namespace with their counters, readable without privileges.
 const procNetDev = "/proc/net/dev"
 
-// SentPackets sums, over the interfaces of the network namespace in path's
+// sentPackets sums, over the interfaces of the network namespace in path's
 // format (/proc/net/dev), except the loopback, the packets each sent or
 // failed to send (transmit packets, errors and drops): everything routed out
 // of the namespace. ok is false when path cannot be read or parsed.
@@ -125,7 +125,7 @@ const procNetDev = "/proc/net/dev"
 // so an unchanged sum proves that nothing of the probe left, and a changed
 // one proves nothing. A refused connection is not judged this way: a local
 // address refuses without sending anything either.
-func SentPackets(path string) (sum uint64, ok bool) {
+func sentPackets(path string) (sum uint64, ok bool) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false

@@ -1,0 +1,4 @@
+package initcheck
+
+// SentPackets is sentPackets, for the external tests.
+var SentPackets = sentPackets
