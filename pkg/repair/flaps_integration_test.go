@@ -67,89 +67,152 @@ func flapInstaller(t *testing.T, c *cluster.Cluster, cni *corev1.Pod, node strin
 	})
 }
 
+// flapGate is how a flapping test reads the gate: node-label with node
+// readiness, which records the node's baseline on the Node, or cni-pod,
+// which keeps it in the controller's memory.
+type flapGate struct {
+	name   string
+	mutate func(*repair.ManagerConfig)
+	// ready waits until the gate is open for the node and returns its
+	// recorded baseline ("" when nothing records it).
+	ready func(t *testing.T, c *cluster.Cluster, node string) string
+	flap  func(t *testing.T, c *cluster.Cluster, cni *corev1.Pod, node string)
+}
+
+var flapGates = []flapGate{
+	{name: "node-label",
+		mutate: func(m *repair.ManagerConfig) { m.NodeReadiness = true },
+		ready: func(t *testing.T, c *cluster.Cluster, node string) string {
+			var since string
+			poll.Eventually(t, waitTimeout, "node labelled ready with its cni-ready-since", func() (bool, error) {
+				var labelled bool
+				labelled, since = nodeReadiness(t, c, node)
+				return labelled && since != "", nil
+			})
+			return since
+		},
+		flap: flapInstaller},
+	{name: "cni-pod",
+		mutate: func(m *repair.ManagerConfig) { m.Gate = judge.GateCNIPod },
+		ready:  func(*testing.T, *cluster.Cluster, string) string { return "" },
+		flap: func(t *testing.T, c *cluster.Cluster, cni *corev1.Pod, _ string) {
+			setCNIReady(t, c.Client, cni, false)
+			time.Sleep(2 * time.Second)
+			setCNIReady(t, c.Client, cni, true)
+		}},
+}
+
 // Proof (d): on a misconfigured node (every pod's init check fails, also the
 // replacements') whose installer readiness flaps (not Ready for 2 s, again
 // and again), the pods of the race are repaired once, the breaker then
 // opens, and the node has had at most the documented number of actions: its
 // first readiness's plus --breaker-min-pods. The flaps, shorter than
-// judge.FlapBound, never move the node's cni-ready-since.
+// judge.FlapBound, never move the node's baseline: under the node-label
+// gate its cni-ready-since, under the cni-pod gate the one the controller
+// keeps in memory.
 func TestIntegrationFlappingInstallerOpensTheBreaker(t *testing.T) {
+	for _, g := range flapGates {
+		t.Run(g.name, func(t *testing.T) { testFlappingInstaller(t, g) })
+	}
+}
+
+func testFlappingInstaller(t *testing.T, g flapGate) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	node := createNode(t, c, false)
-	const replicas, minPods = 3, 3
-	marked := map[types.UID]bool{}
+	const replicas, minPods = 3, 2
+	f := &flapping{t: t, c: c, ns: ns, app: "flapping", replicas: replicas, marked: map[types.UID]bool{}}
 	// The race: sandboxes made before the CNI is ready.
-	for _, p := range replicaSet(t, c, ns, "flapping", node, replicas) {
+	for _, p := range replicaSet(t, c, ns, f.app, node, replicas) {
 		markBroken(t, c.Client, &p)
-		marked[p.UID] = true
+		f.marked[p.UID] = true
 	}
 	time.Sleep(1100 * time.Millisecond) // readiness is dated to the second, after them
 	cni := cniPodOn(t, c, ns, node, true)
 	const slack = time.Second
 	r := startController(t, c, ns, func(m *repair.ManagerConfig) {
-		m.NodeReadiness, m.SandboxSlack, m.BreakerMinPods = true, slack, minPods
+		m.SandboxSlack, m.BreakerMinPods = slack, minPods
+		g.mutate(m)
 	})
-	var since string
-	poll.Eventually(t, waitTimeout, "node labelled ready with its cni-ready-since", func() (bool, error) {
-		var labelled bool
-		labelled, since = nodeReadiness(t, c, node)
-		return labelled && since != "", nil
-	})
-	actions := func() float64 {
+	since := g.ready(t, c, node)
+	f.actions = func() float64 {
 		return repairedTotal(r.m, ns, "evict", metrics.ResultSuccess, judge.ReasonInitCheckFailed, "false")
 	}
-	poll.Eventually(t, waitTimeout, "the race's pods repaired", func() (bool, error) { return actions() == replicas, nil })
-	first := actions()
+	poll.Eventually(t, waitTimeout, "the race's pods repaired", func() (bool, error) { return f.actions() == replicas, nil })
+	first := f.actions()
 	time.Sleep(slack) // the replacements' sandboxes are dated a slack after readiness
 	open := func() bool { return len(nodeEvents(t, c.Client, node, repair.EventRepairCircuitOpen)) > 0 }
 	for flap := 1; flap <= 6 && !open(); flap++ {
-		flapInstaller(t, c, cni, node)
-		// The misconfigured node breaks every replacement too (once the
-		// ReplicaSet has made them all).
-		poll.Eventually(t, waitTimeout, "replacements made", func() (bool, error) {
-			live := 0
-			for _, p := range podsOf(t, c.Client, ns, "flapping") {
-				if p.DeletionTimestamp == nil {
-					live++
-				}
-			}
-			return live == replicas, nil
-		})
-		for _, p := range podsOf(t, c.Client, ns, "flapping") {
-			if !marked[p.UID] && p.DeletionTimestamp == nil {
-				markBroken(t, c.Client, &p)
-				marked[p.UID] = true
-			}
-		}
-		poll.Eventually(t, waitTimeout, "breaker open or every broken pod acted on", func() (bool, error) {
-			if open() {
-				return true, nil
-			}
-			for _, p := range podsOf(t, c.Client, ns, "flapping") {
-				if marked[p.UID] && p.DeletionTimestamp == nil {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		t.Logf("flap %d: %v actions, breaker open %v", flap, actions(), open())
+		g.flap(t, c, cni, node)
+		f.breakReplacements(open)
+		t.Logf("flap %d: %v actions, breaker open %v", flap, f.actions(), open())
 		if _, s := nodeReadiness(t, c, node); s != since {
-			t.Fatalf("flap %d moved cni-ready-since from %s to %s", flap, since, s)
+			t.Fatalf("flap %d moved cni-ready-since from %q to %q", flap, since, s)
 		}
 	}
 	if !open() {
-		t.Fatalf("breaker not open after 6 flaps: %v actions", actions())
+		t.Fatalf("breaker not open after 6 flaps: %v actions", f.actions())
 	}
 	// Open, it stays so through another flap.
-	flapInstaller(t, c, cni, node)
+	g.flap(t, c, cni, node)
 	time.Sleep(3 * time.Second)
-	n := actions()
-	t.Logf("actions: %v under the first readiness, %v in all; cni-ready-since %s kept", first, n, since)
+	n := f.actions()
+	t.Logf("actions: %v under the first readiness, %v in all; cni-ready-since %q kept", first, n, since)
 	if n > first+minPods {
 		t.Fatalf("%v actions on the flapping node, want at most %v (the first readiness's %v plus --breaker-min-pods %d)", n, first+minPods, first, minPods)
+	}
+	// With the baseline kept, the breaker counts the replacements as they
+	// break and opens on the --breaker-min-pods-th: one action fewer than
+	// the bound above, which the memory of actions alone would give.
+	if n > first+minPods-1 {
+		t.Fatalf("%v actions: the flaps' replacements were taken as of the race, not counted by the breaker (the baseline moved)", n)
 	}
 	if got := testutil.ToFloat64(r.m.Metrics.BreakerOpenNodes); got != 1 {
 		t.Fatalf("open nodes gauge = %v, want 1", got)
 	}
+}
+
+// flapping is a ReplicaSet on a misconfigured node: every pod it makes is
+// broken, and marked holds the pods marked so.
+type flapping struct {
+	t        *testing.T
+	c        *cluster.Cluster
+	ns, app  string
+	replicas int
+	marked   map[types.UID]bool
+	actions  func() float64
+}
+
+// breakReplacements waits for the ReplicaSet's replacements, breaks them
+// (the misconfigured node breaks every pod) and waits until the breaker is
+// open or every broken pod was acted on.
+func (f *flapping) breakReplacements(open func() bool) {
+	t, c := f.t, f.c
+	t.Helper()
+	poll.Eventually(t, waitTimeout, "replacements made", func() (bool, error) {
+		live := 0
+		for _, p := range podsOf(t, c.Client, f.ns, f.app) {
+			if p.DeletionTimestamp == nil {
+				live++
+			}
+		}
+		return live == f.replicas, nil
+	})
+	for _, p := range podsOf(t, c.Client, f.ns, f.app) {
+		if !f.marked[p.UID] && p.DeletionTimestamp == nil {
+			markBroken(t, c.Client, &p)
+			f.marked[p.UID] = true
+		}
+	}
+	poll.Eventually(t, waitTimeout, "breaker open or every broken pod acted on", func() (bool, error) {
+		if open() {
+			return true, nil
+		}
+		for _, p := range podsOf(t, c.Client, f.ns, f.app) {
+			if f.marked[p.UID] && p.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
