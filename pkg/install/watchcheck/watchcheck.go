@@ -7,10 +7,10 @@
 // installers go silently blind, linkerd2 PR #13198) still restores the
 // chain at every periodic pass, but no longer within milliseconds. The
 // readiness probe (`ready`) makes it visible: it finds the installer's
-// `run` process beside it (the same container, so the same PID and mount
-// namespaces) and reads the kernel's own record of that process's inotify
-// watches (/proc/<pid>/fdinfo: one "inotify wd:… ino:… sdev:…" line per
-// watch), which must cover the inodes of the net and bin directories. No state is
+// `run` process beside it (the same container, so the same PID namespace)
+// and reads the kernel's own record of that process's inotify watches
+// (/proc/<pid>/fdinfo: one "inotify wd:… ino:… sdev:…" line per watch),
+// which must cover the inodes of the net and bin directories. No state is
 // exchanged, so the probe cannot be told something the kernel does not
 // hold.
 //
@@ -79,15 +79,13 @@ func Check(procRoot string, dirs ...string) error {
 }
 
 // installerProcesses lists the PIDs whose command is consul-cni-installer
-// with the run subcommand (explicit or the default), in the probe's mount
-// namespace.
+// with the run subcommand (explicit or the default).
 func installerProcesses(procRoot string) []string {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil
 	}
 	self := strconv.Itoa(os.Getpid())
-	selfNS := mountNS(procRoot, "self")
 	var pids []string
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == self {
@@ -108,30 +106,11 @@ func installerProcesses(procRoot string) []string {
 				break
 			}
 		}
-		if sub != "run" {
-			continue
+		if sub == "run" {
+			pids = append(pids, e.Name())
 		}
-		if ns := mountNS(procRoot, e.Name()); ns != "" && selfNS != "" && ns != selfNS {
-			continue // not beside the probe: another container's installer
-		}
-		pids = append(pids, e.Name())
 	}
 	return pids
-}
-
-// mountNS names the mount namespace of process pid ("self": the probe's),
-// "" when it cannot be read. The installer beside the probe runs in the
-// same container, so in the same mount namespace; where the probe sees
-// other containers' processes too (a host PID namespace: a test on the
-// host, a pod with hostPID), their installers watch other directories and
-// are not the one asked about. A namespace that cannot be read filters
-// nothing: the watched inodes still decide.
-func mountNS(procRoot, pid string) string {
-	ns, err := os.Readlink(filepath.Join(procRoot, pid, "ns", "mnt"))
-	if err != nil {
-		return ""
-	}
-	return ns
 }
 
 // processWatches reads the inotify watches of a process from its fdinfo.

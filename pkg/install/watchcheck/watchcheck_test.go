@@ -34,22 +34,3 @@ func TestCheckFindsTheRunProcessAndItsWatches(t *testing.T) {
 		t.Errorf("only a probe process: %v, want ErrNoInstallerProcess", err)
 	}
 }
-
-// An installer in another mount namespace than the probe's is another
-// container's (the probe sees the host's processes: a test on the host, a
-// pod with hostPID): it is not the installer beside the probe, whatever
-// it watches. One in the probe's own namespace is.
-func TestCheckTakesOnlyTheInstallerBesideTheProbe(t *testing.T) {
-	net, bin := t.TempDir(), t.TempDir()
-	run := []string{"consul-cni-installer", "run"}
-	other := watchchecktest.Proc(t, run, net, bin)
-	watchchecktest.MountNamespaces(t, other, "mnt:[4026531841]", "mnt:[4026532999]")
-	if err := Check(other, net, bin); !errors.Is(err, ErrNoInstallerProcess) {
-		t.Errorf("an installer in another mount namespace: %v, want ErrNoInstallerProcess", err)
-	}
-	beside := watchchecktest.Proc(t, run, net, bin)
-	watchchecktest.MountNamespaces(t, beside, "mnt:[4026531841]", "mnt:[4026531841]")
-	if err := Check(beside, net, bin); err != nil {
-		t.Errorf("the installer in the probe's mount namespace: %v", err)
-	}
-}

@@ -72,18 +72,3 @@ func inotifyFDs(t *testing.T) map[string][]byte {
 	}
 	return out
 }
-
-// MountNamespaces gives the probe (self) and the process of the /proc at
-// root the mount namespaces named probe and process ("mnt:[…]", as the
-// kernel's ns/mnt links read).
-func MountNamespaces(t *testing.T, root, probe, process string) {
-	t.Helper()
-	for dir, ns := range map[string]string{"self": probe, "4242": process} {
-		if err := os.MkdirAll(filepath.Join(root, dir, "ns"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(ns, filepath.Join(root, dir, "ns", "mnt")); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
